@@ -1,0 +1,39 @@
+"""modeling_dwlstm: the Transformer with depth-wise LSTMs and its baselines, native in Hugging Face Transformers.
+
+Importing the package registers every member with `AutoConfig`, `AutoModel` and
+`AutoModelForSeq2SeqLM`, marks the classes so that `save_pretrained` writes `auto_map` and copies the
+code (remote-code loading), and registers the `translation` pipeline that transformers 5 removed.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+from .configuration_dwlstm import DwLstmConfig, ResidualTransformerConfig, TranslationTransformerConfig
+from .modeling_dwlstm import DwLstmForConditionalGeneration, DwLstmModel, DwLstmPreTrainedModel, LayerState
+from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+
+# (config, bare model, translation model) of every family member.
+FAMILY = [
+    (DwLstmConfig, DwLstmModel, DwLstmForConditionalGeneration),
+    (ResidualTransformerConfig, ResidualTransformerModel, ResidualTransformerForConditionalGeneration),
+]
+
+for _config_class, _model_class, _generation_class in FAMILY:
+    AutoConfig.register(_config_class.model_type, _config_class, exist_ok=True)
+    AutoModel.register(_config_class, _model_class, exist_ok=True)
+    AutoModelForSeq2SeqLM.register(_config_class, _generation_class, exist_ok=True)
+    _config_class.register_for_auto_class()
+    _model_class.register_for_auto_class("AutoModel")
+    _generation_class.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+__all__ = [
+    "FAMILY",
+    "TranslationTransformerConfig",
+    "DwLstmConfig",
+    "DwLstmPreTrainedModel",
+    "DwLstmModel",
+    "DwLstmForConditionalGeneration",
+    "ResidualTransformerConfig",
+    "ResidualTransformerModel",
+    "ResidualTransformerForConditionalGeneration",
+    "LayerState",
+]

@@ -1,0 +1,238 @@
+"""Configurations of the modeling_dwlstm family.
+
+Every member is the same encoder-decoder NMT Transformer skeleton (``TranslationTransformerConfig``:
+tied joint-BPE embeddings scaled by sqrt(d_model), sinusoidal or learned positions, multi-head
+attention, a final LayerNorm on each stack, label-smoothed cross-entropy). Members differ only in how
+layers are connected, and each adds its own fields in a small subclass:
+
+- ``DwLstmConfig`` (``dwlstm``): depth-wise LSTM, Xu et al. (papers 000/001; SPEC §2).
+- ``ResidualTransformerConfig`` (``dwlstm-residual``): post-/pre-norm residual Transformer (003 §2).
+
+Field names follow Marian's config. Defaults are the Transformer-base setting of the papers
+(d_model 512, ffn_dim 2048, 8 heads, 6+6 layers, dropout 0.1) with the joint vocabulary of 001's
+WMT14 En-De setup (35,603 tokens). Invalid values raise ``ValueError`` naming the field.
+"""
+
+import difflib
+from dataclasses import fields
+
+from transformers import PreTrainedConfig
+
+
+def _check_choice(name: str, value, allowed: tuple):
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+
+
+def _check_int(name: str, value, minimum: int):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+
+
+def _check_probability(name: str, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
+
+
+class TranslationTransformerConfig(PreTrainedConfig):
+    r"""
+    The part every family member shares: an encoder-decoder Transformer for translation.
+
+    Args:
+        vocab_size (`int`, defaults to 35603): size of the joint (source + target) vocabulary.
+        d_model (`int`, defaults to 512): width of every layer.
+        encoder_layers / decoder_layers (`int`, defaults to 6): depth of each stack.
+        encoder_attention_heads / decoder_attention_heads (`int`, defaults to 8).
+        ffn_dim (`int`, defaults to 2048): d_ff, the inner width of the residual FFN and of the
+            depth-wise LSTM's hidden computation.
+        activation_function (`str`, defaults to "relu"): activation of the residual FFN.
+        dropout (`float`, defaults to 0.1): on embeddings and on every sub-layer output.
+        attention_dropout (`float`, defaults to 0.0): on attention probabilities.
+        activation_dropout (`float`, defaults to 0.0): after the activation inside FFN / LSTM hidden.
+        max_position_embeddings (`int`, defaults to 1024): longest sequence the positions cover.
+        position_embedding_type (`str`, defaults to "sinusoidal"): "sinusoidal" (Vaswani et al.) or "learned".
+        scale_embedding (`bool`, defaults to True): multiply token embeddings by sqrt(d_model).
+        label_smoothing (`float`, defaults to 0.1): of the training cross-entropy (papers: 0.1).
+        language_pairs (`list[str]`, defaults to []): translation directions the model was trained for,
+            e.g. ["en-de"]; each becomes a `translation_en_to_de` task of the saved model's pipeline.
+        pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id: special token ids; the
+            decoder starts from `decoder_start_token_id` (defaults to the pad id, as in Marian).
+        tie_word_embeddings (`bool`, defaults to True): share the output projection with the embeddings.
+    """
+
+    model_type = "dwlstm-base"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "encoder_attention_heads",
+        "num_hidden_layers": "encoder_layers",
+    }
+
+    vocab_size: int = 35603
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    ffn_dim: int = 2048
+    activation_function: str = "relu"
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    max_position_embeddings: int = 1024
+    position_embedding_type: str = "sinusoidal"
+    scale_embedding: bool = True
+    init_std: float | None = None
+    label_smoothing: float = 0.1
+    language_pairs: list[str] | None = None
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | None = 2
+    decoder_start_token_id: int | None = None
+    forced_eos_token_id: int | None = None
+    tie_word_embeddings: bool = True
+    use_cache: bool = True
+    is_encoder_decoder: bool = True
+
+    def __post_init__(self, **kwargs):
+        self._reject_misspelled_fields(kwargs)
+        if self.decoder_start_token_id is None:
+            self.decoder_start_token_id = self.pad_token_id
+        if self.language_pairs is None:
+            self.language_pairs = []
+        super().__post_init__(**kwargs)
+        self.check_values()
+
+    @classmethod
+    def _reject_misspelled_fields(cls, kwargs: dict):
+        """`share_gate="none"` would otherwise be stored as an unused attribute and silently ignored."""
+        known = [f.name for f in fields(cls)]
+        for key in kwargs:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+            if close and key not in known:
+                raise ValueError(f"Unknown config field `{key}`; did you mean `{close[0]}`?")
+
+    def check_values(self):
+        """Raise a ValueError naming the first field whose value the model cannot be built with."""
+        for name in ("vocab_size", "d_model", "encoder_attention_heads", "decoder_attention_heads", "ffn_dim"):
+            _check_int(name, getattr(self, name), 1)
+        for name in ("encoder_layers", "decoder_layers", "max_position_embeddings"):
+            _check_int(name, getattr(self, name), 1)
+        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+            _check_probability(name, getattr(self, name))
+        for name in ("encoder_attention_heads", "decoder_attention_heads"):
+            if self.d_model % getattr(self, name):
+                raise ValueError(f"`d_model` ({self.d_model}) must be divisible by `{name}` ({getattr(self, name)}).")
+        _check_choice("position_embedding_type", self.position_embedding_type, ("sinusoidal", "learned"))
+        _check_choice("activation_function", self.activation_function, ("relu", "gelu", "tanh", "silu"))
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.vocab_size):
+                raise ValueError(f"`{name}` must be None or an id in [0, vocab_size={self.vocab_size}), got {value!r}.")
+        if self.pad_token_id is None:
+            raise ValueError("`pad_token_id` must be set: padding and the decoder start depend on it.")
+        for pair in self.language_pairs:
+            if not isinstance(pair, str) or pair.count("-") != 1 or "" in pair.split("-"):
+                raise ValueError(f"`language_pairs` entries look like 'en-de', got {pair!r}.")
+
+    # One entry per connection style; the modeling code picks layer classes by these names.
+    @property
+    def encoder_layer_type(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def decoder_layer_type(self) -> str:
+        raise NotImplementedError
+
+
+class DwLstmConfig(TranslationTransformerConfig):
+    r"""
+    Transformer with depth-wise LSTMs (Xu et al., papers 000 and 001; SPEC §2).
+
+    Residual connections and the FFN sub-layer are replaced by a layer-normalised LSTM running over
+    depth: layer l turns its attention result x and the previous state (o, c) into
+
+        i, f, g = sigmoid(LN_k(W_k [x; o] + b_k))   for k = input, forget, output   (per-gate LN)
+        h       = hidden([x; o])
+        c_l     = f * c + i * h
+        o_l     = g * c_l                            (no tanh on the cell)
+
+    with o_0 = c_0 = the embedded input.
+
+    Args:
+        lstm_hidden (`str`, defaults to "glu"): the hidden computation h.
+            "linear" h = act(LN(W_h [x;o] + b_h))                      (001 Eq. 5, W_h: 2d -> d)
+            "ffn"    h = W_2 act(LN(W_1 [x;o] + b_1)) + b_2            (000 Eq. 8, W_1: 2d -> d_ff)
+            "glu"    h = W_2 GLU(LN(W_1 [x;o] + b_1)) + b_2            (001 Eq. 6, GLU halves d_ff)
+        lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh");
+            "glu" uses its own sigmoid gate and no other activation.
+        share_gates (`str`, defaults to "per_stack"): one gate module for every layer of both stacks
+            ("global"), one per stack ("per_stack", 001's default) or one per layer ("none").
+            With `decoder_merge="concat"` the decoder's gates read a 3d input and cannot be shared
+            with the encoder's, so "global" then means one module per stack.
+        share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
+        decoder_merge (`str`, defaults to "add"): how a decoder layer combines its self-attention
+            result s and cross-attention result x before the LSTM: "add" (s + x), "concat" ([s; x],
+            a 3d LSTM input) or "two_lstm" (001 Fig. 3b: one depth-wise LSTM after the self-attention
+            and another after the cross-attention, each with its own hidden module).
+
+    Dropout (our choice; the papers leave it to their toolkit): `dropout` on attention results before
+    they enter the LSTM, `activation_dropout` inside the hidden computation.
+    """
+
+    model_type = "dwlstm"
+
+    lstm_hidden: str = "glu"
+    lstm_activation: str = "gelu"
+    share_gates: str = "per_stack"
+    share_hidden: bool = False
+    decoder_merge: str = "add"
+
+    def check_values(self):
+        super().check_values()
+        _check_choice("lstm_hidden", self.lstm_hidden, ("linear", "ffn", "glu"))
+        _check_choice("lstm_activation", self.lstm_activation, ("gelu", "tanh"))
+        _check_choice("share_gates", self.share_gates, ("global", "per_stack", "none"))
+        _check_choice("share_hidden", self.share_hidden, (True, False))
+        _check_choice("decoder_merge", self.decoder_merge, ("add", "concat", "two_lstm"))
+        if self.lstm_hidden == "glu" and self.ffn_dim % 2:
+            raise ValueError(f"`ffn_dim` must be even for lstm_hidden='glu' (GLU halves it), got {self.ffn_dim}.")
+
+    @property
+    def encoder_layer_type(self) -> str:
+        return "depthwise_lstm"
+
+    @property
+    def decoder_layer_type(self) -> str:
+        return "depthwise_lstm_two" if self.decoder_merge == "two_lstm" else "depthwise_lstm"
+
+
+class ResidualTransformerConfig(TranslationTransformerConfig):
+    r"""
+    The residual Transformer baseline (Vaswani et al.; Wang et al. 003 §2, Eqs. 3-4).
+
+    Args:
+        norm_position (`str`, defaults to "post"):
+            "post"  x = LN(x + F(x)) after every sub-layer (003 Eq. 3);
+            "pre"   x = x + F(LN(x)) (003 Eq. 4), with the stack's final LayerNorm on its output.
+            Both end each stack with a LayerNorm, as the skeleton does for every member.
+    """
+
+    model_type = "dwlstm-residual"
+
+    norm_position: str = "post"
+
+    def check_values(self):
+        super().check_values()
+        _check_choice("norm_position", self.norm_position, ("post", "pre"))
+
+    @property
+    def encoder_layer_type(self) -> str:
+        return f"{self.norm_position}_norm"
+
+    @property
+    def decoder_layer_type(self) -> str:
+        return f"{self.norm_position}_norm"
+
+
+__all__ = ["TranslationTransformerConfig", "DwLstmConfig", "ResidualTransformerConfig"]
