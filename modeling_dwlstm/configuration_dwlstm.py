@@ -82,14 +82,12 @@ class TranslationTransformerConfig(PreTrainedConfig):
     max_position_embeddings: int = 1024
     position_embedding_type: str = "sinusoidal"
     scale_embedding: bool = True
-    init_std: float | None = None
     label_smoothing: float = 0.1
     language_pairs: list[str] | None = None
     pad_token_id: int | None = 1
     bos_token_id: int | None = 0
     eos_token_id: int | None = 2
     decoder_start_token_id: int | None = None
-    forced_eos_token_id: int | None = None
     tie_word_embeddings: bool = True
     use_cache: bool = True
     is_encoder_decoder: bool = True
@@ -102,6 +100,17 @@ class TranslationTransformerConfig(PreTrainedConfig):
             self.language_pairs = []
         super().__post_init__(**kwargs)
         self.check_values()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """Refuse a checkpoint of another family member: loading it would silently re-initialise weights."""
+        stored_type = config_dict.get("model_type")
+        if stored_type and stored_type != cls.model_type:
+            raise ValueError(
+                f"This checkpoint is a {stored_type!r} model, but {cls.__name__} builds {cls.model_type!r} models. "
+                f"Load it with AutoModelForSeq2SeqLM / AutoConfig, or the classes registered for {stored_type!r}."
+            )
+        return super().from_dict(config_dict, **kwargs)
 
     @classmethod
     def _reject_misspelled_fields(cls, kwargs: dict):

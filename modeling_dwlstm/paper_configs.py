@@ -1,0 +1,57 @@
+"""The papers' model settings (SPEC §5), as configs: what `hub_configs/` holds.
+
+Base: d_model 512, d_ff 2048, 8 heads, dropout 0.1. Big: d_model 1024, d_ff 4096, 16 heads,
+dropout 0.3 (the papers' En-De setting; use 0.1 elsewhere). Vocabulary: 001's joint BPE of 35,603
+tokens. Depth: L encoder and L decoder layers.
+"""
+
+import json
+from pathlib import Path
+
+from .configuration_dwlstm import DwLstmConfig, ResidualTransformerConfig, TranslationTransformerConfig
+
+SIZES = {
+    "base": dict(d_model=512, ffn_dim=2048, encoder_attention_heads=8, decoder_attention_heads=8, dropout=0.1),
+    "big": dict(d_model=1024, ffn_dim=4096, encoder_attention_heads=16, decoder_attention_heads=16, dropout=0.3),
+}
+MEMBERS = {
+    "dwlstm": (DwLstmConfig, {}),
+    "residual-postnorm": (ResidualTransformerConfig, {"norm_position": "post"}),
+    "residual-prenorm": (ResidualTransformerConfig, {"norm_position": "pre"}),
+}
+LAYERS = (6, 12, 18, 24)
+PAPER_VOCAB_SIZE = 35603
+
+
+def paper_config(member: str, size: str = "base", layers: int = 6, **overrides) -> TranslationTransformerConfig:
+    """The config of `member` ("dwlstm", "residual-postnorm", "residual-prenorm") at a paper size and depth."""
+    if member not in MEMBERS or size not in SIZES:
+        raise ValueError(f"Unknown member {member!r} or size {size!r}; members: {sorted(MEMBERS)}, sizes: {sorted(SIZES)}.")
+    config_class, member_fields = MEMBERS[member]
+    settings = dict(vocab_size=PAPER_VOCAB_SIZE, encoder_layers=layers, decoder_layers=layers)
+    return config_class(**{**settings, **SIZES[size], **member_fields, **overrides})
+
+
+def hub_config_name(member: str, size: str, layers: int) -> str:
+    return f"{member}-{size}-{layers}l.json"
+
+
+def config_to_json(config: TranslationTransformerConfig) -> str:
+    """Every field the family declares, written out (no default hidden), plus model_type."""
+    declared = {**TranslationTransformerConfig.__annotations__, **type(config).__annotations__}
+    values = {name: getattr(config, name) for name in sorted(declared)}
+    return json.dumps({"model_type": config.model_type, **values}, indent=2) + "\n"
+
+
+def write_hub_configs(directory: str | Path) -> list[Path]:
+    """Write every member x size x depth config into `directory`; return the paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for member in MEMBERS:
+        for size in SIZES:
+            for layers in LAYERS:
+                path = directory / hub_config_name(member, size, layers)
+                path.write_text(config_to_json(paper_config(member, size, layers)))
+                written.append(path)
+    return written

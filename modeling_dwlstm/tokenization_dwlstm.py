@@ -1,0 +1,134 @@
+"""Joint BPE tokenizer for the modeling_dwlstm translation models.
+
+The papers train one BPE over the source and the target side together ("joint BPE", shared
+embeddings), and the multilingual setup marks the target language with a tag such as ``<2de>`` on
+the source. This module trains such a tokenizer with the `tokenizers` library and wraps it as a
+`PreTrainedTokenizerFast`, so that it saves with `save_pretrained`, loads with
+`AutoTokenizer.from_pretrained` and plugs into the Trainer, the data collators and the pipeline.
+
+Design choices, each for a reason:
+
+- Special tokens ``<s>`` = 0, ``<pad>`` = 1, ``</s>`` = 2, ``<unk>`` = 3: the model config defaults
+  (bos 0, pad 1, eos 2; the decoder starts from pad, as in Marian).
+- Language tags come right after them with fixed ids, in the order given, as special tokens: they
+  are never split, and ``tok("<2de> text")`` equals the tag id followed by ``tok("text")``.
+- Metaspace pre-tokenization (a space becomes "▁" and starts the next word) plus isolated
+  punctuation: decoding restores the original spacing without any detokenizer.
+- Every encoded sequence, source and target, ends with ``</s>``: the encoder sees where the
+  sentence ends, and labels teach the decoder to stop.
+"""
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"
+SPECIAL_TOKENS = (BOS, PAD, EOS, UNK)  # list position = id
+LANGUAGE_TAG = re.compile(r"<2[a-z]{2,3}(?:_[A-Za-z0-9]+)*>")  # <2de>, <2yue>, <2zh_Hant>
+
+
+def train_joint_bpe_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int,
+    language_tags: Sequence[str] = (),
+    min_frequency: int = 2,
+    model_max_length: int = 1024,
+) -> PreTrainedTokenizerFast:
+    """Train a joint BPE of `vocab_size` tokens (specials, tags, characters and merges) on `texts`.
+
+    `texts` holds the sentences of both languages (of all languages for a multilingual model), one
+    per item; it is read once, so a generator over a large corpus works. `language_tags` (e.g.
+    ``["<2de>", "<2en>"]``) get the ids 4, 5, ... in that order. `model_max_length` should match the
+    model's `max_position_embeddings`.
+    """
+    language_tags = _check_language_tags(language_tags)
+    special_tokens = [*SPECIAL_TOKENS, *language_tags]
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= len(special_tokens):
+        raise ValueError(
+            f"`vocab_size` must be an integer larger than the {len(special_tokens)} special tokens, got {vocab_size!r}."
+        )
+    tokenizer = _untrained_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special_tokens, show_progress=False
+    )
+    counter = _SentenceCounter(texts)
+    tokenizer.train_from_iterator(counter, trainer=trainer)
+    if counter.sentences == 0:
+        raise ValueError("The training corpus is empty: `texts` holds no non-blank sentence.")
+    if tokenizer.get_vocab_size() > vocab_size:  # BPE keeps every character even when the budget is exceeded
+        raise ValueError(
+            f"`vocab_size`={vocab_size} is too small: the {len(special_tokens)} special tokens and the "
+            f"{tokenizer.get_vocab_size() - len(special_tokens)} characters of the corpus alone take "
+            f"{tokenizer.get_vocab_size()} ids, before any merge."
+        )
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}", special_tokens=[(EOS, tokenizer.token_to_id(EOS))]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        extra_special_tokens=list(language_tags),
+        model_max_length=model_max_length,
+    )
+
+
+def tokenizer_model_kwargs(tokenizer: PreTrainedTokenizerFast) -> dict:
+    """Config kwargs that make a model match `tokenizer`: `DwLstmConfig(**tokenizer_model_kwargs(tok), ...)`.
+
+    The decoder starts from the pad id, as the model config and Marian do.
+    """
+    return {
+        "vocab_size": len(tokenizer),
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "decoder_start_token_id": tokenizer.pad_token_id,
+    }
+
+
+def _untrained_tokenizer() -> Tokenizer:
+    """A BPE whose pre-tokenization keeps the spacing recoverable (see the module docstring)."""
+    tokenizer = Tokenizer(models.BPE(unk_token=UNK))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation(behavior="isolated")]
+    )
+    tokenizer.decoder = decoders.Metaspace()
+    return tokenizer
+
+
+def _check_language_tags(language_tags: Sequence[str]) -> list[str]:
+    """Tags look like <2xx>; a typo such as "2de" or "<de>" would otherwise become an ordinary token."""
+    if isinstance(language_tags, str):
+        raise ValueError(f"`language_tags` must be a sequence of tags such as ['<2de>'], got the string {language_tags!r}.")
+    language_tags = list(language_tags)
+    for tag in language_tags:
+        if not isinstance(tag, str) or not LANGUAGE_TAG.fullmatch(tag):
+            raise ValueError(f"Language tags look like '<2de>' (a '<2', a language code, a '>'), got {tag!r}.")
+    duplicates = sorted({tag for tag in language_tags if language_tags.count(tag) > 1})
+    if duplicates:
+        raise ValueError(f"Language tags must be unique, got {duplicates} more than once.")
+    return language_tags
+
+
+class _SentenceCounter:
+    """Pass `texts` through to the trainer once while counting the non-blank sentences, so that an
+    empty corpus is detected without reading a large one twice or holding it in memory."""
+
+    def __init__(self, texts: Iterable[str]):
+        if isinstance(texts, str):
+            raise ValueError("`texts` must be an iterable of sentences, not one string.")
+        self.texts = texts
+        self.sentences = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for text in self.texts:
+            if not isinstance(text, str):
+                raise ValueError(f"`texts` must hold strings, got {type(text).__name__}.")
+            if text.strip():
+                self.sentences += 1
+                yield text

@@ -1,0 +1,11 @@
+"""Regenerate hub_configs/ from modeling_dwlstm.paper_configs (the papers' settings)."""
+
+import argparse
+
+from modeling_dwlstm.paper_configs import write_hub_configs
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--output_dir", default="hub_configs")
+    for path in write_hub_configs(parser.parse_args().output_dir):
+        print(path)

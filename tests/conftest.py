@@ -1,0 +1,57 @@
+"""Tiny configurations of every family member and option, shared by the test files."""
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+import modeling_dwlstm  # noqa: F401  (registers the Auto classes)
+from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+TINY = dict(
+    vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=3, encoder_attention_heads=2,
+    decoder_attention_heads=4, ffn_dim=24, max_position_embeddings=64, dropout=0.0,
+)
+
+# One entry per connection style and option value; `option_grid` below covers every combination.
+CASES = {
+    "dwlstm": (DwLstmConfig, {}),
+    "dwlstm-linear": (DwLstmConfig, {"lstm_hidden": "linear"}),
+    "dwlstm-ffn-tanh": (DwLstmConfig, {"lstm_hidden": "ffn", "lstm_activation": "tanh"}),
+    "dwlstm-concat": (DwLstmConfig, {"decoder_merge": "concat"}),
+    "dwlstm-two-lstm": (DwLstmConfig, {"decoder_merge": "two_lstm"}),
+    "dwlstm-global-gates": (DwLstmConfig, {"share_gates": "global"}),
+    "dwlstm-global-concat": (DwLstmConfig, {"share_gates": "global", "decoder_merge": "concat"}),
+    "dwlstm-no-sharing": (DwLstmConfig, {"share_gates": "none"}),
+    "dwlstm-all-shared-two-lstm": (DwLstmConfig, {"share_gates": "global", "share_hidden": True, "decoder_merge": "two_lstm"}),
+    "dwlstm-learned-positions": (DwLstmConfig, {"position_embedding_type": "learned"}),
+    "residual-post": (ResidualTransformerConfig, {"norm_position": "post"}),
+    "residual-pre": (ResidualTransformerConfig, {"norm_position": "pre", "activation_function": "gelu"}),
+}
+
+OPTION_GRID = list(itertools.product(("linear", "ffn", "glu"), ("global", "per_stack", "none"), (False, True), ("add", "concat", "two_lstm")))
+
+
+def tiny_config(case: str, **overrides):
+    config_class, options = CASES[case]
+    return config_class(**{**TINY, **options, **overrides})
+
+
+def tiny_model(case: str, seed: int = 0, **overrides):
+    from transformers import AutoModelForSeq2SeqLM
+
+    torch.manual_seed(seed)
+    return AutoModelForSeq2SeqLM.from_config(tiny_config(case, **overrides)).eval()
+
+
+def random_ids(batch: int, length: int, seed: int = 1, low: int = 3, high: int = 40) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, (batch, length), generator=generator)
+
+
+@pytest.fixture(params=sorted(CASES))
+def case(request):
+    return request.param

@@ -1,0 +1,68 @@
+"""Bad configs, bad inputs and wrong checkpoints fail with errors that say what is wrong."""
+
+import pytest
+import torch
+from conftest import random_ids, tiny_config, tiny_model
+
+from modeling_dwlstm import DwLstmConfig, DwLstmForConditionalGeneration, ResidualTransformerConfig
+
+
+@pytest.mark.parametrize(
+    "config_class,field,value,message",
+    [
+        (DwLstmConfig, "lstm_hidden", "gru", "lstm_hidden.*'linear', 'ffn', 'glu'"),
+        (DwLstmConfig, "lstm_activation", "relu", "lstm_activation"),
+        (DwLstmConfig, "share_gates", "all", "share_gates.*'global', 'per_stack', 'none'"),
+        (DwLstmConfig, "share_hidden", "yes", "share_hidden"),
+        (DwLstmConfig, "decoder_merge", "mean", "decoder_merge"),
+        (DwLstmConfig, "ffn_dim", 2047, "ffn_dim.*even"),
+        (DwLstmConfig, "d_model", 500, "divisible"),
+        (DwLstmConfig, "encoder_layers", 0, "encoder_layers"),
+        (DwLstmConfig, "decoder_layers", 2.5, "decoder_layers"),
+        (DwLstmConfig, "dropout", 1.5, "dropout"),
+        (DwLstmConfig, "position_embedding_type", "rotary", "position_embedding_type"),
+        (DwLstmConfig, "pad_token_id", 40000, "pad_token_id"),
+        (DwLstmConfig, "language_pairs", ["english-german-french"], "language_pairs"),
+        (ResidualTransformerConfig, "norm_position", "sandwich", "norm_position.*'post', 'pre'"),
+        (ResidualTransformerConfig, "activation_function", "swish2", "activation_function"),
+    ],
+)
+def test_bad_config_value_names_the_field(config_class, field, value, message):
+    with pytest.raises(ValueError, match=message):
+        config_class(**{field: value})
+
+
+def test_misspelled_field_is_not_silently_ignored():
+    with pytest.raises(ValueError, match="did you mean `share_gates`"):
+        DwLstmConfig(share_gate="none")
+
+
+def test_checkpoint_of_another_member_is_refused(tmp_path):
+    tiny_model("residual-post").save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="'dwlstm-residual' model"):
+        DwLstmForConditionalGeneration.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "inputs,message",
+    [
+        (dict(input_ids=torch.tensor([[3, 4, 99]])), "vocab_size=40"),
+        (dict(input_ids=torch.tensor([[3, -4, 5]])), "vocab_size=40"),
+        (dict(input_ids=torch.tensor([3, 4, 5])), r"shape \(batch, length\)"),
+        (dict(input_ids=random_ids(2, 5), attention_mask=torch.ones(2, 4)), r"attention_mask must have shape \(batch, 5\)"),
+        (dict(input_ids=random_ids(2, 5), inputs_embeds=torch.zeros(2, 5, 16)), "exactly one of"),
+        (dict(input_ids=random_ids(2, 5), labels=random_ids(2, 4), decoder_input_ids=random_ids(2, 3)), "labels have shape"),
+        (dict(input_ids=random_ids(1, 65)), "max_position_embeddings=64"),
+        (dict(input_ids=random_ids(2, 5), decoder_input_ids=random_ids(3, 2)), "batch"),
+        (dict(input_ids=random_ids(2, 5)), "decoder_input_ids"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(inputs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_model("dwlstm")(**inputs)
+
+
+def test_config_round_trips_through_dict():
+    config = tiny_config("dwlstm-two-lstm", language_pairs=["en-de"])
+    again = DwLstmConfig.from_dict(config.to_dict())
+    assert again.to_dict() == config.to_dict()

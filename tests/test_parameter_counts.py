@@ -1,0 +1,59 @@
+"""SPEC §4: the papers' parameter counts (001 Tables 2-6), within 0.3%, vocabulary 35,603."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+from modeling_dwlstm.paper_configs import LAYERS, MEMBERS, SIZES, config_to_json, hub_config_name, paper_config
+
+HUB_CONFIGS = Path(__file__).resolve().parents[1] / "hub_configs"
+
+# (hub_configs file or None, member, layers, overrides, paper's millions)
+ROWS = [
+    (None, "residual-postnorm", 3, {}, 40.33),
+    ("residual-postnorm-base-6l.json", "residual-postnorm", 6, {}, 62.37),
+    ("residual-prenorm-base-6l.json", "residual-prenorm", 6, {}, 62.37),
+    ("residual-prenorm-base-12l.json", "residual-prenorm", 12, {}, 106.47),
+    ("residual-prenorm-base-18l.json", "residual-prenorm", 18, {}, 150.57),
+    ("residual-prenorm-base-24l.json", "residual-prenorm", 24, {}, 194.66),
+    (None, "dwlstm", 3, {}, 46.63),
+    ("dwlstm-base-12l.json", "dwlstm", 12, {}, 122.23),
+    ("dwlstm-base-18l.json", "dwlstm", 18, {}, 172.63),
+    ("dwlstm-base-24l.json", "dwlstm", 24, {}, 223.02),
+    (None, "dwlstm", 6, {"share_gates": "global"}, 70.25),
+    (None, "dwlstm", 6, {"share_gates": "global", "lstm_hidden": "linear"}, 45.05),
+    (None, "dwlstm", 6, {"share_gates": "global", "ffn_dim": 1536}, 62.37),
+    (None, "dwlstm", 6, {"share_gates": "global", "decoder_merge": "concat"}, 78.90),
+    (None, "dwlstm", 6, {"share_gates": "none"}, 87.59),
+    (None, "dwlstm", 6, {"share_gates": "global", "share_hidden": True}, 44.00),
+]
+
+
+def count_millions(config) -> float:
+    with torch.device("meta"):  # shapes only: counting a 223M model takes no memory
+        model = AutoModelForSeq2SeqLM.from_config(config)
+    return model.num_parameters() / 1e6
+
+
+@pytest.mark.parametrize("hub_file,member,layers,overrides,paper", ROWS)
+def test_parameter_count_matches_paper(hub_file, member, layers, overrides, paper):
+    if hub_file:
+        config = AutoConfig.from_pretrained(HUB_CONFIGS / hub_file)
+    else:
+        config = paper_config(member, "base", layers, **overrides)
+    assert abs(count_millions(config) - paper) / paper < 0.003
+
+
+@pytest.mark.parametrize("member", sorted(MEMBERS))
+@pytest.mark.parametrize("size", sorted(SIZES))
+@pytest.mark.parametrize("layers", LAYERS)
+def test_hub_configs_are_the_papers_settings(member, size, layers):
+    """hub_configs/ is what paper_configs produces (regenerate with scripts/make_hub_configs.py)."""
+    path = HUB_CONFIGS / hub_config_name(member, size, layers)
+    assert path.read_text() == config_to_json(paper_config(member, size, layers))
+    config = AutoConfig.from_pretrained(path)
+    assert config.to_dict()["model_type"] == json.loads(path.read_text())["model_type"]
+    assert (config.d_model, config.encoder_layers) == ({"base": 512, "big": 1024}[size], layers)
