@@ -123,9 +123,8 @@ class TranslationTransformerConfig(PreTrainedConfig):
 
     def check_values(self):
         """Raise a ValueError naming the first field whose value the model cannot be built with."""
-        for name in ("vocab_size", "d_model", "encoder_attention_heads", "decoder_attention_heads", "ffn_dim"):
-            _check_int(name, getattr(self, name), 1)
-        for name in ("encoder_layers", "decoder_layers", "max_position_embeddings"):
+        for name in ("vocab_size", "d_model", "encoder_attention_heads", "decoder_attention_heads", "ffn_dim",
+                     "encoder_layers", "decoder_layers", "max_position_embeddings"):
             _check_int(name, getattr(self, name), 1)
         for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
             _check_probability(name, getattr(self, name))
@@ -183,10 +182,10 @@ class DwLstmConfig(TranslationTransformerConfig):
         decoder_merge (`str`, defaults to "add"): how a decoder layer combines its self-attention
             result s and cross-attention result x before the LSTM: "add" (s + x), "concat" ([s; x],
             a 3d LSTM input) or "two_lstm" (001 Fig. 3b: one depth-wise LSTM after the self-attention
-            and another after the cross-attention, each with its own hidden module).
+            and another after the cross-attention; each has its own hidden module unless `share_hidden`).
 
     Dropout (our choice; the papers leave it to their toolkit): `dropout` on attention results before
-    they enter the LSTM, `activation_dropout` inside the hidden computation.
+    they enter the LSTM, `activation_dropout` between the two matrices of the "ffn" and "glu" hidden.
     """
 
     model_type = "dwlstm"
@@ -202,7 +201,8 @@ class DwLstmConfig(TranslationTransformerConfig):
         _check_choice("lstm_hidden", self.lstm_hidden, ("linear", "ffn", "glu"))
         _check_choice("lstm_activation", self.lstm_activation, ("gelu", "tanh"))
         _check_choice("share_gates", self.share_gates, ("global", "per_stack", "none"))
-        _check_choice("share_hidden", self.share_hidden, (True, False))
+        if not isinstance(self.share_hidden, bool):
+            raise ValueError(f"`share_hidden` must be True or False, got {self.share_hidden!r}.")
         _check_choice("decoder_merge", self.decoder_merge, ("add", "concat", "two_lstm"))
         if self.lstm_hidden == "glu" and self.ffn_dim % 2:
             raise ValueError(f"`ffn_dim` must be even for lstm_hidden='glu' (GLU halves it), got {self.ffn_dim}.")
@@ -224,7 +224,9 @@ class ResidualTransformerConfig(TranslationTransformerConfig):
         norm_position (`str`, defaults to "post"):
             "post"  x = LN(x + F(x)) after every sub-layer (003 Eq. 3);
             "pre"   x = x + F(LN(x)) (003 Eq. 4), with the stack's final LayerNorm on its output.
-            Both end each stack with a LayerNorm, as the skeleton does for every member.
+            Both end each stack with a LayerNorm, as the skeleton does for every member (SPEC §1); for
+            post-norm that final LayerNorm follows the last sub-layer's own, which 003 Eq. 3 does not have
+            (it adds 2 x 2d parameters and an affine map).
     """
 
     model_type = "dwlstm-residual"

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
@@ -109,13 +110,14 @@ class TranslationEmbeddings(nn.Module):
         self.positions = position_class(config.max_position_embeddings, config.d_model)
         self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.dropout = config.dropout
-        self.vocab_size = config.vocab_size
 
     def forward(self, input_ids=None, inputs_embeds=None, position_offset: int = 0) -> torch.Tensor:
         if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds` (for the decoder: `decoder_`...).")
+            raise ValueError(
+                "Pass exactly one of `input_ids` and `inputs_embeds` (decoder: `decoder_input_ids` and `decoder_inputs_embeds`)."
+            )
         if input_ids is not None:
-            check_token_ids(input_ids, self.vocab_size)
+            check_token_ids(input_ids, self.token_embedding.num_embeddings)  # follows resize_token_embeddings
             inputs_embeds = self.token_embedding(input_ids)
         length = inputs_embeds.shape[1]
         if position_offset + length > self.positions.num_positions:
@@ -211,7 +213,7 @@ class MultiHeadAttention(nn.Module):
             scores = query @ keys.transpose(-1, -2) / math.sqrt(self.head_dim)
             if attention_mask is not None:
                 scores = scores.masked_fill(~attention_mask, float("-inf"))
-            weights = F.dropout(scores.softmax(dim=-1), dropout, self.training)
+            weights = F.dropout(scores.softmax(dim=-1).nan_to_num(0.0), dropout, self.training)  # as SDPA: 0 for all-masked rows
             attended = weights @ values
         else:
             weights = None
@@ -433,7 +435,20 @@ def build_layers(registry: dict, layer_type: str, config, count: int, shared_mod
     return nn.ModuleList(registry[layer_type](config, i, shared_modules) for i in range(count))
 
 
-class TranslationEncoder(nn.Module):
+class LayerStack(nn.Module):
+    """What both stacks share: running a layer, under gradient checkpointing when it is enabled
+    (`model.activation_checkpointing_enable()` sets `gradient_checkpointing` here)."""
+
+    gradient_checkpointing = False
+
+    def call_layer(self, layer: nn.Module, *args):
+        if self.gradient_checkpointing and self.training:
+            # Non-reentrant: the LayerState tuple carries the tensors that need gradients.
+            return torch.utils.checkpoint.checkpoint(layer, *args, use_reentrant=False)
+        return layer(*args)
+
+
+class TranslationEncoder(LayerStack):
     """Embeddings, `encoder_layers` layers of the config's connection style, final LayerNorm."""
 
     def __init__(self, config: TranslationTransformerConfig, token_embedding: nn.Embedding, shared_modules: SharedModules):
@@ -451,7 +466,7 @@ class TranslationEncoder(nn.Module):
         all_hidden, all_attentions = [], []
         for layer in self.layers:
             all_hidden.append(state.output)
-            state, (weights,) = layer(state, mask, output_attentions=bool(output_attentions))
+            state, (weights,) = self.call_layer(layer, state, mask, bool(output_attentions))
             all_attentions.append(weights)
         output = self.final_layer_norm(state.output)
         return BaseModelOutput(
@@ -461,7 +476,7 @@ class TranslationEncoder(nn.Module):
         )
 
 
-class TranslationDecoder(nn.Module):
+class TranslationDecoder(LayerStack):
     """Embeddings, `decoder_layers` layers (masked self-attention, cross-attention), final LayerNorm.
     With a cache only the new positions are computed: the depth-wise state is per position, so the
     attention KV cache is all that carries over between steps."""
@@ -480,8 +495,6 @@ class TranslationDecoder(nn.Module):
             raise ValueError("The decoder needs `encoder_hidden_states` (the encoder's output).")
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        if not use_cache:
-            past_key_values = None
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden = self.embeddings(input_ids, inputs_embeds, position_offset=past_length)  # (B, T, d)
         if encoder_hidden_states.shape[0] != hidden.shape[0]:
@@ -494,8 +507,8 @@ class TranslationDecoder(nn.Module):
         all_hidden, self_attentions, cross_attentions = [], [], []
         for layer in self.layers:
             all_hidden.append(state.output)
-            state, (self_weights, cross_weights) = layer(
-                state, encoder_hidden_states, encoder_mask, self_mask, past_key_values, bool(output_attentions)
+            state, (self_weights, cross_weights) = self.call_layer(
+                layer, state, encoder_hidden_states, encoder_mask, self_mask, past_key_values, bool(output_attentions)
             )
             self_attentions.append(self_weights)
             cross_attentions.append(cross_weights)
@@ -521,9 +534,9 @@ class DwLstmPreTrainedModel(PreTrainedModel):
     config_class = DwLstmConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
     _supports_sdpa = True
     _no_split_modules = ["DepthwiseLstmEncoderLayer", "DepthwiseLstmDecoderLayer", "TwoLstmDecoderLayer"]
-    _keys_to_ignore_on_load_unexpected = [r"\.positions\.table$"]
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -531,9 +544,7 @@ class DwLstmPreTrainedModel(PreTrainedModel):
             init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 init.zeros_(module.bias)
-        elif isinstance(module, LearnedPositions):
-            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
-        elif isinstance(module, nn.Embedding):
+        elif isinstance(module, nn.Embedding):  # tokens and learned positions
             init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])
@@ -553,7 +564,7 @@ class DwLstmPreTrainedModel(PreTrainedModel):
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Also save the translation pipeline (transformers 5 dropped the task), so that
         `pipeline("translation", model=save_directory, trust_remote_code=True)` works anywhere."""
-        self.config.custom_pipelines = translation_pipeline_tasks(self.config)
+        self.config.custom_pipelines = {**(getattr(self.config, "custom_pipelines", None) or {}), **translation_pipeline_tasks(self.config)}
         super().save_pretrained(save_directory, *args, **kwargs)
         if PIPELINE_FILE.exists() and kwargs.get("is_main_process", True):
             shutil.copy(PIPELINE_FILE, os.path.join(save_directory, PIPELINE_FILE.name))
@@ -598,9 +609,12 @@ class DwLstmModel(DwLstmPreTrainedModel):
                 encoder_outputs=None, past_key_values: Cache | None = None, inputs_embeds=None,
                 decoder_inputs_embeds=None, use_cache=None, output_attentions=None, output_hidden_states=None,
                 return_dict=None) -> Seq2SeqModelOutput:
-        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache is None:
+            use_cache = self.config.use_cache
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states)
+        elif isinstance(encoder_outputs, torch.Tensor):
+            encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs)
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         if decoder_input_ids is None and decoder_inputs_embeds is None:

@@ -6,7 +6,10 @@ tokens. Depth: L encoder and L decoder layers.
 """
 
 import json
+from dataclasses import fields
 from pathlib import Path
+
+from transformers import PreTrainedConfig
 
 from .configuration_dwlstm import DwLstmConfig, ResidualTransformerConfig, TranslationTransformerConfig
 
@@ -38,7 +41,8 @@ def hub_config_name(member: str, size: str, layers: int) -> str:
 
 def config_to_json(config: TranslationTransformerConfig) -> str:
     """Every field the family declares, written out (no default hidden), plus model_type."""
-    declared = {**TranslationTransformerConfig.__annotations__, **type(config).__annotations__}
+    inherited = {field.name for field in fields(PreTrainedConfig)}
+    declared = [field.name for field in fields(config) if field.name not in inherited]
     values = {name: getattr(config, name) for name in sorted(declared)}
     return json.dumps({"model_type": config.model_type, **values}, indent=2) + "\n"
 
