@@ -10,6 +10,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from .configuration_dwlstm import DwLstmConfig, ResidualTransformerConfig, TranslationTransformerConfig
 from .modeling_dwlstm import DwLstmForConditionalGeneration, DwLstmModel, DwLstmPreTrainedModel, LayerState
 from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+from .pipeline_translation import TranslationPipeline, register_translation_pipeline
 
 # (config, bare model, translation model) of every family member.
 FAMILY = [
@@ -25,6 +26,8 @@ for _config_class, _model_class, _generation_class in FAMILY:
     _model_class.register_for_auto_class("AutoModel")
     _generation_class.register_for_auto_class("AutoModelForSeq2SeqLM")
 
+register_translation_pipeline()
+
 __all__ = [
     "FAMILY",
     "TranslationTransformerConfig",
@@ -36,4 +39,5 @@ __all__ = [
     "ResidualTransformerModel",
     "ResidualTransformerForConditionalGeneration",
     "LayerState",
+    "TranslationPipeline",
 ]

@@ -25,7 +25,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import PreTrainedTokenizerFast
 
 BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"
-SPECIAL_TOKENS = (BOS, PAD, EOS, UNK)  # list position = id
+SPECIAL_TOKENS = (BOS, PAD, EOS, UNK)  # position = id
 LANGUAGE_TAG = re.compile(r"<2[a-z]{2,3}(?:_[A-Za-z0-9]+)*>")  # <2de>, <2yue>, <2zh_Hant>
 
 
@@ -40,8 +40,9 @@ def train_joint_bpe_tokenizer(
 
     `texts` holds the sentences of both languages (of all languages for a multilingual model), one
     per item; it is read once, so a generator over a large corpus works. `language_tags` (e.g.
-    ``["<2de>", "<2en>"]``) get the ids 4, 5, ... in that order. `model_max_length` should match the
-    model's `max_position_embeddings`.
+    ``["<2de>", "<2en>"]``) get the ids 4, 5, ... in that order. Pairs seen fewer than `min_frequency`
+    times are not merged, so a small corpus may give fewer than `vocab_size` tokens: build the model
+    from `tokenizer_model_kwargs`. `model_max_length` should match the model's `max_position_embeddings`.
     """
     language_tags = _check_language_tags(language_tags)
     special_tokens = [*SPECIAL_TOKENS, *language_tags]
@@ -104,7 +105,7 @@ def _untrained_tokenizer() -> Tokenizer:
 def _check_language_tags(language_tags: Sequence[str]) -> list[str]:
     """Tags look like <2xx>; a typo such as "2de" or "<de>" would otherwise become an ordinary token."""
     if isinstance(language_tags, str):
-        raise ValueError(f"`language_tags` must be a sequence of tags such as ['<2de>'], got the string {language_tags!r}.")
+        raise ValueError(f"`language_tags` must be a list of tags such as ['<2de>'], not a string: {language_tags!r}.")
     language_tags = list(language_tags)
     for tag in language_tags:
         if not isinstance(tag, str) or not LANGUAGE_TAG.fullmatch(tag):

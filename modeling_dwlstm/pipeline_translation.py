@@ -1,0 +1,173 @@
+"""The `translation` pipeline that transformers 5 removed, for the modeling_dwlstm models.
+
+Two ways to get it:
+
+- In-process: `import modeling_dwlstm` calls `register_translation_pipeline()`, after which
+  `pipeline("translation", model=..., tokenizer=...)` and `pipeline("translation_en_to_de", ...)` work
+  as in transformers 4.
+- Anywhere: `save_pretrained` of the models writes `custom_pipelines` into `config.json` and copies
+  this file beside the weights, so `pipeline("translation", model=dir, trust_remote_code=True)` works
+  in a process that cannot import modeling_dwlstm.
+
+Because of the second use this file is loaded as standalone remote code: it imports only from
+`transformers`, `torch` and the standard library, and importing it registers nothing.
+"""
+
+import re
+from collections.abc import Iterable
+
+import torch
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
+from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
+
+# Both directions with English are registered for each of these: OPUS-100 and WMT are English-centric.
+OPUS100_LANGUAGES = (
+    "af am an ar as az be bg bn br bs ca cs cy da de dz el en eo es et eu fa fi fr fy ga gd gl gu ha he hi hr hu hy "
+    "id ig is it ja ka kk km kn ko ku ky li lt lv mg mk ml mn mr ms mt my nb ne nl nn no oc or pa pl ps pt ro ru rw "
+    "se sh si sk sl sq sr sv ta te tg th tk tr tt ug uk ur uz vi wa xh yi yo zh zu"
+).split()
+WMT_LANGUAGES = "cs de en et fi fr gu ha hi hr hsb is iu ja kk km liv lt lv pl ps ro ru sah ta tr uk xh zh".split()
+DEFAULT_LANGUAGE_CODES = tuple(sorted(set(OPUS100_LANGUAGES) | set(WMT_LANGUAGES)))
+# Every direction among these is registered too: OPUS-100's zero-shot test set (ar de fr nl ru zh)
+# and WMT's non-English tasks (de-fr, cs-de, cs-uk, ja-zh, ...).
+DIRECT_LANGUAGES = ("ar", "cs", "de", "fr", "ja", "nl", "ru", "uk", "zh")
+PIVOT_LANGUAGE = "en"
+
+LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(?:_[A-Za-z0-9]+)*")  # en, yue, zh_Hant: as in the tokenizer's <2xx> tags
+TASK_LANGUAGES = re.compile(r"translation_(?P<src>.+?)_to_(?P<tgt>.+)")
+
+
+class TranslationPipeline(Pipeline):
+    """Translate text with a sequence-to-sequence model, as transformers 4's `TranslationPipeline` did.
+
+    `translator("text")` gives `[{"translation_text": ...}]`; a list of texts gives one such list per
+    text, flattened to one dict per text when each has a single translation. Generation kwargs
+    (`num_beams`, `max_new_tokens`, `num_return_sequences`, ...) go to `generate()`. The target language
+    comes from `tgt_lang` or from a task name like `translation_en_to_de`; when the tokenizer has a tag
+    `<2xx>` for it, the tag is put in front of the source (multilingual models). `src_lang` matters only
+    for tokenizers that set language codes themselves (mBART, M2M100, NLLB), as in transformers 4.
+    """
+
+    _pipeline_calls_generate = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+    # transformers 4's defaults for this pipeline; the papers decode with beam 4 as well.
+    _default_generation_config = GenerationConfig(max_new_tokens=256, num_beams=4)
+
+    def __call__(self, inputs, **kwargs):
+        """Translate a text or a list of texts; see the class docstring for the output shape."""
+        result = super().__call__(inputs, **kwargs)
+        if isinstance(inputs, list) and all(len(translations) == 1 for translations in result):
+            return [translations[0] for translations in result]
+        return result
+
+    def _sanitize_parameters(
+        self, src_lang=None, tgt_lang=None, truncation=None, return_tensors=None, clean_up_tokenization_spaces=None,
+        **generate_kwargs,
+    ):
+        """Only what the caller passed, so that call arguments override those given at construction."""
+        preprocess_params = {"src_lang": src_lang, "tgt_lang": tgt_lang, "truncation": truncation}
+        postprocess_params = {
+            "return_tensors": return_tensors, "clean_up_tokenization_spaces": clean_up_tokenization_spaces
+        }
+        return _without_none(preprocess_params), generate_kwargs, _without_none(postprocess_params)
+
+    def preprocess(self, text: str, src_lang=None, tgt_lang=None, truncation=False):
+        """Tokenize one text, with the target-language tag in front when the tokenizer has one."""
+        task_src, task_tgt = languages_from_task(self.task)
+        src_lang, tgt_lang = src_lang or task_src, tgt_lang or task_tgt
+        if hasattr(self.tokenizer, "_build_translation_inputs"):  # mBART, M2M100, NLLB set language codes themselves
+            return self.tokenizer._build_translation_inputs(
+                text, return_tensors="pt", truncation=truncation, src_lang=src_lang, tgt_lang=tgt_lang
+            )
+        inputs = self.tokenizer(text, truncation=truncation, return_tensors="pt")
+        inputs.pop("token_type_ids", None)
+        tag_id = self._language_tag_id(tgt_lang)
+        if tag_id is not None and inputs["input_ids"][0, 0] != tag_id:  # not when the text starts with the tag
+            inputs["input_ids"] = torch.cat([torch.tensor([[tag_id]]), inputs["input_ids"]], dim=1)
+            inputs["attention_mask"] = torch.cat([torch.ones(1, 1, dtype=torch.long), inputs["attention_mask"]], dim=1)
+        return inputs
+
+    def _forward(self, model_inputs, **generate_kwargs):
+        """Generate, grouping the output sequences per input (several with `num_return_sequences`)."""
+        batch_size = model_inputs["input_ids"].shape[0]
+        output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
+        return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+
+    def postprocess(self, model_outputs, return_tensors=False, clean_up_tokenization_spaces=False):
+        """One record per output sequence: its text, or its token ids with `return_tensors=True`."""
+        if return_tensors:
+            return [{"translation_token_ids": ids} for ids in model_outputs["output_ids"][0]]
+        return [
+            {"translation_text": self.tokenizer.decode(
+                ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+            )}
+            for ids in model_outputs["output_ids"][0]
+        ]
+
+    def _language_tag_id(self, language: str | None) -> int | None:
+        """Id of the tokenizer's `<2xx>` tag for `language`, or None where it has none."""
+        if language is None:
+            return None
+        tag_id = self.tokenizer.convert_tokens_to_ids(f"<2{language}>")
+        return None if tag_id is None or tag_id == self.tokenizer.unk_token_id else tag_id
+
+
+def languages_from_task(task: str) -> tuple[str | None, str | None]:
+    """("en", "de") for "translation_en_to_de", (None, None) for "translation"."""
+    match = TASK_LANGUAGES.fullmatch(task or "")
+    return (match["src"], match["tgt"]) if match else (None, None)
+
+
+def register_translation_pipeline(language_codes: Iterable[str] = DEFAULT_LANGUAGE_CODES) -> None:
+    """Make `pipeline("translation", ...)` and `pipeline("translation_xx_to_yy", ...)` work in this process.
+
+    Registers both directions between English and each of `language_codes`, and every direction
+    among those of them in `DIRECT_LANGUAGES`; `register_translation_pairs` adds others. Idempotent.
+    """
+    codes = sorted(set(language_codes) - {PIVOT_LANGUAGE})
+    pairs = [(PIVOT_LANGUAGE, code) for code in codes] + [(code, PIVOT_LANGUAGE) for code in codes]
+    direct = [code for code in codes if code in DIRECT_LANGUAGES]
+    pairs += [(src, tgt) for src in direct for tgt in direct if src != tgt]
+    register_translation_pairs(pairs)
+
+
+def register_translation_pairs(pairs: Iterable[str | tuple[str, str]]) -> None:
+    """Register `translation_{src}_to_{tgt}` for each pair, given as "src-tgt" or (src, tgt). Idempotent.
+
+    transformers looks task names up literally, so each direction needs its own name; they are aliases
+    of "translation", and the pipeline reads the languages back from the name it was created with.
+    """
+    pairs = [_parse_pair(pair) for pair in pairs]  # all checked before any is registered
+    _register_translation_task()
+    for src, tgt in pairs:
+        PIPELINE_REGISTRY.task_aliases[f"translation_{src}_to_{tgt}"] = "translation"
+
+
+def _register_translation_task() -> None:
+    """Undo transformers 5's removal of "translation", which is checked before any registered task."""
+    REMOVED_TASKS.pop("translation", None)
+    if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
+        PIPELINE_REGISTRY.register_pipeline(
+            "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+        )
+
+
+def _parse_pair(pair: str | tuple[str, str]) -> tuple[str, str]:
+    """("en", "de") from "en-de" or ("en", "de"), refusing what would not make a task name."""
+    codes = pair.split("-") if isinstance(pair, str) else pair
+    if (
+        not isinstance(codes, (tuple, list)) or len(codes) != 2
+        or not all(isinstance(code, str) and LANGUAGE_CODE.fullmatch(code) for code in codes)
+    ):
+        raise ValueError(f"A language pair looks like 'en-de' or ('en', 'de'), got {pair!r}.")
+    if codes[0] == codes[1]:
+        raise ValueError(f"A language pair needs two different languages, got {pair!r}.")
+    return codes[0], codes[1]
+
+
+def _without_none(params: dict) -> dict:
+    return {name: value for name, value in params.items() if value is not None}
