@@ -16,23 +16,25 @@ TINY = dict(
     decoder_attention_heads=4, ffn_dim=24, max_position_embeddings=64, dropout=0.0,
 )
 
-# One entry per connection style and option value; `option_grid` below covers every combination.
+OPTION_GRID = list(itertools.product(("linear", "ffn", "glu"), ("global", "per_stack", "none"), (False, True), ("add", "concat", "two_lstm")))
+
+# Every combination of the depth-wise LSTM's options, plus the options outside that grid and the baselines.
 CASES = {
+    f"dwlstm-{hidden}-{gates}-gates-{'shared' if share_hidden else 'own'}-hidden-{merge}": (
+        DwLstmConfig, {"lstm_hidden": hidden, "share_gates": gates, "share_hidden": share_hidden, "decoder_merge": merge}
+    )
+    for hidden, gates, share_hidden, merge in OPTION_GRID
+}
+CASES.update({
     "dwlstm": (DwLstmConfig, {}),
-    "dwlstm-linear": (DwLstmConfig, {"lstm_hidden": "linear"}),
     "dwlstm-ffn-tanh": (DwLstmConfig, {"lstm_hidden": "ffn", "lstm_activation": "tanh"}),
-    "dwlstm-concat": (DwLstmConfig, {"decoder_merge": "concat"}),
-    "dwlstm-two-lstm": (DwLstmConfig, {"decoder_merge": "two_lstm"}),
-    "dwlstm-global-gates": (DwLstmConfig, {"share_gates": "global"}),
-    "dwlstm-global-concat": (DwLstmConfig, {"share_gates": "global", "decoder_merge": "concat"}),
-    "dwlstm-no-sharing": (DwLstmConfig, {"share_gates": "none"}),
-    "dwlstm-all-shared-two-lstm": (DwLstmConfig, {"share_gates": "global", "share_hidden": True, "decoder_merge": "two_lstm"}),
+    "dwlstm-linear-tanh": (DwLstmConfig, {"lstm_hidden": "linear", "lstm_activation": "tanh"}),
     "dwlstm-learned-positions": (DwLstmConfig, {"position_embedding_type": "learned"}),
+    "dwlstm-two-lstm": (DwLstmConfig, {"decoder_merge": "two_lstm"}),
     "residual-post": (ResidualTransformerConfig, {"norm_position": "post"}),
     "residual-pre": (ResidualTransformerConfig, {"norm_position": "pre", "activation_function": "gelu"}),
-}
-
-OPTION_GRID = list(itertools.product(("linear", "ffn", "glu"), ("global", "per_stack", "none"), (False, True), ("add", "concat", "two_lstm")))
+    "residual-pre-learned-positions": (ResidualTransformerConfig, {"norm_position": "pre", "position_embedding_type": "learned"}),
+})
 
 
 def tiny_config(case: str, **overrides):

@@ -8,10 +8,9 @@ import textwrap
 
 import pytest
 import torch
-from conftest import CASES, OPTION_GRID, random_ids, tiny_config, tiny_model
+from conftest import CASES, random_ids, tiny_model
 from transformers import AutoModelForSeq2SeqLM
 
-from modeling_dwlstm import DwLstmConfig, DwLstmForConditionalGeneration
 
 
 def assert_gradients_reach_every_parameter(model):
@@ -43,15 +42,6 @@ def test_gradients_reach_every_parameter(case):
 
 def test_cached_decoding_equals_full_forward(case):
     assert_cached_steps_equal_full_forward(tiny_model(case))
-
-
-@pytest.mark.parametrize("hidden,gates,share_hidden,merge", OPTION_GRID)
-def test_every_depthwise_lstm_option_combination(hidden, gates, share_hidden, merge):
-    options = dict(lstm_hidden=hidden, share_gates=gates, share_hidden=share_hidden, decoder_merge=merge)
-    torch.manual_seed(0)
-    model = DwLstmForConditionalGeneration(DwLstmConfig(**{**tiny_config("dwlstm").to_dict(), **options}))
-    assert_gradients_reach_every_parameter(model)
-    assert_cached_steps_equal_full_forward(model.eval(), steps=3)
 
 
 def test_save_load_round_trip_is_strict_and_exact(case, tmp_path):
