@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 import torch
 from conftest import CASES, random_ids, tiny_model
 from transformers import AutoModelForSeq2SeqLM

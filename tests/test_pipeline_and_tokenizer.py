@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,10 +24,10 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
 import modeling_dwlstm
+from conftest import MULTI30K
 from modeling_dwlstm.pipeline_translation import register_translation_pairs, register_translation_pipeline
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
 TAGS = ["<2de>", "<2en>"]
 GENERATE = dict(num_beams=2, max_new_tokens=10)  # the same settings for the pipeline and for generate()
 
