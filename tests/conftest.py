@@ -1,5 +1,6 @@
 """Tiny configurations of every family member and option, shared by the test files."""
 
+import gzip
 import itertools
 from pathlib import Path
 
@@ -10,6 +11,12 @@ import modeling_dwlstm  # noqa: F401  (registers the Auto classes)
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def read_multi30k(split: str, language: str, count: int) -> list[str]:
+    """The first `count` sentences of `{split}.{language}.gz` (split: train, val, test_2016_flickr)."""
+    with gzip.open(MULTI30K / f"{split}.{language}.gz", "rt", encoding="utf-8") as lines:
+        return [next(lines).rstrip("\n") for _ in range(count)]
 
 TINY = dict(
     vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=3, encoder_attention_heads=2,

@@ -1,10 +1,8 @@
 """Both members learn to translate real data: held-out loss on Multi30k en->de falls in a short run."""
 
-import gzip
-
 import pytest
 import torch
-from conftest import MULTI30K
+from conftest import MULTI30K, read_multi30k
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
@@ -13,15 +11,10 @@ from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_jo
 pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k not found at {MULTI30K}")
 
 
-def read_lines(name: str, count: int) -> list[str]:
-    with gzip.open(MULTI30K / name, "rt", encoding="utf-8") as lines:
-        return [next(lines).strip() for _ in range(count)]
-
-
 @pytest.fixture(scope="module")
 def data():
-    train = list(zip(read_lines("train.en.gz", 2000), read_lines("train.de.gz", 2000)))
-    valid = list(zip(read_lines("val.en.gz", 200), read_lines("val.de.gz", 200)))
+    train = list(zip(read_multi30k("train", "en", 2000), read_multi30k("train", "de", 2000)))
+    valid = list(zip(read_multi30k("val", "en", 200), read_multi30k("val", "de", 200)))
     tokenizer = train_joint_bpe_tokenizer([text for pair in train for text in pair], vocab_size=1000)
     return tokenizer, train, valid
 

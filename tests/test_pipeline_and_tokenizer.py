@@ -1,6 +1,5 @@
 """The joint BPE tokenizer, the translation pipeline (in-process and as remote code) and Seq2SeqTrainer, on Multi30k."""
 
-import gzip
 import json
 import math
 import os
@@ -24,17 +23,12 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
 import modeling_dwlstm
-from conftest import MULTI30K
+from conftest import MULTI30K, read_multi30k
 from modeling_dwlstm.pipeline_translation import register_translation_pairs, register_translation_pipeline
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 
 TAGS = ["<2de>", "<2en>"]
 GENERATE = dict(num_beams=2, max_new_tokens=10)  # the same settings for the pipeline and for generate()
-
-
-def read_multi30k(language: str, count: int) -> list[str]:
-    with gzip.open(MULTI30K / f"train.{language}.gz", "rt", encoding="utf-8") as lines:
-        return [next(lines).rstrip("\n") for _ in range(count)]
 
 
 def tiny_model(tokenizer, **overrides):
@@ -59,7 +53,7 @@ def generate_text(model, tokenizer, input_ids: list[int], settings: dict = GENER
 def corpus():
     if not MULTI30K.is_dir():
         pytest.skip(f"Multi30k is not at {MULTI30K}")
-    return read_multi30k("en", 300), read_multi30k("de", 300)
+    return read_multi30k("train", "en", 300), read_multi30k("train", "de", 300)
 
 
 @pytest.fixture(scope="module")
