@@ -7,15 +7,25 @@ code (remote-code loading), and registers the `translation` pipeline that transf
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from .configuration_dwlstm import DwLstmConfig, ResidualTransformerConfig, TranslationTransformerConfig
+from .configuration_dwlstm import (
+    DepthWiseRnnConfig,
+    DwLstmConfig,
+    HighwayTransformerConfig,
+    ResidualTransformerConfig,
+    TranslationTransformerConfig,
+)
 from .modeling_dwlstm import DwLstmForConditionalGeneration, DwLstmModel, DwLstmPreTrainedModel, LayerState
+from .modeling_highway import HighwayTransformerForConditionalGeneration, HighwayTransformerModel
 from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+from .modeling_rnn import DepthWiseRnnForConditionalGeneration, DepthWiseRnnModel
 from .pipeline_translation import TranslationPipeline, register_translation_pipeline
 
 # (config, bare model, translation model) of every family member.
 FAMILY = [
     (DwLstmConfig, DwLstmModel, DwLstmForConditionalGeneration),
     (ResidualTransformerConfig, ResidualTransformerModel, ResidualTransformerForConditionalGeneration),
+    (HighwayTransformerConfig, HighwayTransformerModel, HighwayTransformerForConditionalGeneration),
+    (DepthWiseRnnConfig, DepthWiseRnnModel, DepthWiseRnnForConditionalGeneration),
 ]
 
 for _config_class, _model_class, _generation_class in FAMILY:
@@ -38,6 +48,12 @@ __all__ = [
     "ResidualTransformerConfig",
     "ResidualTransformerModel",
     "ResidualTransformerForConditionalGeneration",
+    "HighwayTransformerConfig",
+    "HighwayTransformerModel",
+    "HighwayTransformerForConditionalGeneration",
+    "DepthWiseRnnConfig",
+    "DepthWiseRnnModel",
+    "DepthWiseRnnForConditionalGeneration",
     "LayerState",
     "TranslationPipeline",
 ]

@@ -7,6 +7,8 @@ layers are connected, and each adds its own fields in a small subclass:
 
 - ``DwLstmConfig`` (``dwlstm``): depth-wise LSTM, Xu et al. (papers 000/001; SPEC §2).
 - ``ResidualTransformerConfig`` (``dwlstm-residual``): post-/pre-norm residual Transformer (003 §2).
+- ``HighwayTransformerConfig`` (``dwlstm-highway``): self-dependency units, Chai et al. (004).
+- ``DepthWiseRnnConfig`` (``dwlstm-rnn``): the depth-wise LSTM without gates or cell (001 Table 2).
 
 Field names follow Marian's config. Defaults are the Transformer-base setting of the papers
 (d_model 512, ffn_dim 2048, 8 heads, 6+6 layers, dropout 0.1) with the joint vocabulary of 001's
@@ -32,6 +34,16 @@ def _check_int(name: str, value, minimum: int):
 def _check_probability(name: str, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
         raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
+
+
+def _check_depthwise_hidden(config):
+    """The hidden-module fields the depth-wise LSTM and the depth-wise RNN share."""
+    _check_choice("lstm_hidden", config.lstm_hidden, ("linear", "ffn", "glu"))
+    _check_choice("lstm_activation", config.lstm_activation, ("gelu", "tanh"))
+    if not isinstance(config.share_hidden, bool):
+        raise ValueError(f"`share_hidden` must be True or False, got {config.share_hidden!r}.")
+    if config.lstm_hidden == "glu" and config.ffn_dim % 2:
+        raise ValueError(f"`ffn_dim` must be even for lstm_hidden='glu' (GLU halves it), got {config.ffn_dim}.")
 
 
 class TranslationTransformerConfig(PreTrainedConfig):
@@ -198,14 +210,9 @@ class DwLstmConfig(TranslationTransformerConfig):
 
     def check_values(self):
         super().check_values()
-        _check_choice("lstm_hidden", self.lstm_hidden, ("linear", "ffn", "glu"))
-        _check_choice("lstm_activation", self.lstm_activation, ("gelu", "tanh"))
+        _check_depthwise_hidden(self)
         _check_choice("share_gates", self.share_gates, ("global", "per_stack", "none"))
-        if not isinstance(self.share_hidden, bool):
-            raise ValueError(f"`share_hidden` must be True or False, got {self.share_hidden!r}.")
         _check_choice("decoder_merge", self.decoder_merge, ("add", "concat", "two_lstm"))
-        if self.lstm_hidden == "glu" and self.ffn_dim % 2:
-            raise ValueError(f"`ffn_dim` must be even for lstm_hidden='glu' (GLU halves it), got {self.ffn_dim}.")
 
     @property
     def encoder_layer_type(self) -> str:
@@ -246,4 +253,112 @@ class ResidualTransformerConfig(TranslationTransformerConfig):
         return f"{self.norm_position}_norm"
 
 
-__all__ = ["TranslationTransformerConfig", "DwLstmConfig", "ResidualTransformerConfig"]
+class HighwayTransformerConfig(TranslationTransformerConfig):
+    r"""
+    Highway Transformer (Chai et al., paper 004; SPEC §3): the post-norm residual Transformer with a
+    self-gated branch on the sub-layers (self-attention, cross-attention, FFN) of both stacks. With
+    T(X) = Psi(X W_1 + b_1) and f(X) = X W_2 + b_2 (one pair of d x d projections per gated sub-layer
+    F, the gate reading the sub-layer's input X):
+
+        "sdu"           U = LN(X + F(X) + T(X) * f(X))                       (004 Eqs. 21-24)
+        "highway_gate"  U = LN((1 - T(X)) * X + T(X) * f(X) + F(X))           (004 Eqs. 26-29)
+        "gated_mhdpa"   U = LN(X + (1 - T(X)) * F(X) + T(X) * f(X))           (004 Eqs. 30-31)
+
+    Args:
+        sdu_gate (`str`, defaults to "sigmoid"): Psi of the "sdu" variant, "sigmoid" or "tanh" (004 Eq. 21).
+            The two highway variants use the sigmoid transform gate of 004 Eq. 26 (their carry gate is
+            1 - T), so they accept only "sigmoid".
+        highway_variant (`str`, defaults to "sdu"): "sdu", "highway_gate" or "gated_mhdpa" (above).
+        sdu_layers (`int` or `None`, defaults to None): None gates every layer of both stacks (SPEC §4's
+            30 gated sub-layers at 6+6); an integer k gates only layers 1..k of each stack (004 Tables
+            5-6, e.g. "L1-2"), the layers above are plain post-norm residual layers. A stack with fewer
+            than k layers is gated throughout; k must be between 1 and the deeper stack's depth.
+
+    Dropout (our choice): `dropout` on F(X) and on the gated branch T(X) * f(X), as on every sub-layer
+    output of the residual model; nothing is dropped from the carried input X.
+    """
+
+    model_type = "dwlstm-highway"
+
+    sdu_gate: str = "sigmoid"
+    highway_variant: str = "sdu"
+    sdu_layers: int | None = None
+
+    def check_values(self):
+        super().check_values()
+        _check_choice("sdu_gate", self.sdu_gate, ("sigmoid", "tanh"))
+        _check_choice("highway_variant", self.highway_variant, ("sdu", "highway_gate", "gated_mhdpa"))
+        if self.highway_variant != "sdu" and self.sdu_gate != "sigmoid":
+            raise ValueError(
+                f"`sdu_gate={self.sdu_gate!r}` applies to highway_variant='sdu' only: {self.highway_variant!r} uses "
+                "the sigmoid transform gate T of 004 Eq. 26 (its carry gate is 1 - T). Set sdu_gate='sigmoid'."
+            )
+        deepest = max(self.encoder_layers, self.decoder_layers)
+        if self.sdu_layers is not None:
+            _check_int("sdu_layers", self.sdu_layers, 1)
+            if self.sdu_layers > deepest:
+                raise ValueError(
+                    f"`sdu_layers` gates layers 1..k and must be at most the deeper stack's {deepest} layers, got "
+                    f"{self.sdu_layers}; use sdu_layers=None to gate every layer."
+                )
+
+    def is_gated(self, layer_idx: int) -> bool:
+        """Whether layer `layer_idx` (0-based, either stack) has the gated branch."""
+        return self.sdu_layers is None or layer_idx < self.sdu_layers
+
+    @property
+    def encoder_layer_type(self) -> str:
+        return "highway"
+
+    @property
+    def decoder_layer_type(self) -> str:
+        return "highway"
+
+
+class DepthWiseRnnConfig(TranslationTransformerConfig):
+    r"""
+    The depth-wise RNN ablation of Xu et al. (001 Table 2; SPEC §2.4): the depth-wise LSTM without
+    gates or cell. Layer l turns its attention result x and the previous layer's output into
+
+        o_l = hidden([x ; o_{l-1}])          o_0 = the embedded input
+
+    with the depth-wise LSTM's hidden module (`DwLstmConfig`'s field names and variants) and the same
+    wiring: encoder x = SelfAttn(o_{l-1}); decoder s = MaskedSelfAttn(o_{l-1}),
+    x' = CrossAttn(s + o_{l-1}, enc), x = merge(s, x') (SPEC §2.3). Defaults reproduce 001 Table 2's
+    68.67M parameters (6+6 base, glu hidden with d_ff 2048, one hidden module per layer).
+
+    Args:
+        lstm_hidden (`str`, defaults to "glu"): "linear" (001 Eq. 5), "ffn" (000 Eq. 8) or "glu" (001 Eq. 6).
+        lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh").
+        share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
+        decoder_merge (`str`, defaults to "add"): s + x' ("add") or [s; x'] ("concat", a 3d input).
+    """
+
+    model_type = "dwlstm-rnn"
+
+    lstm_hidden: str = "glu"
+    lstm_activation: str = "gelu"
+    share_hidden: bool = False
+    decoder_merge: str = "add"
+
+    def check_values(self):
+        super().check_values()
+        _check_depthwise_hidden(self)
+        _check_choice("decoder_merge", self.decoder_merge, ("add", "concat"))
+
+    @property
+    def encoder_layer_type(self) -> str:
+        return "depthwise_rnn"
+
+    @property
+    def decoder_layer_type(self) -> str:
+        return "depthwise_rnn"
+
+
+__all__ = [
+    "TranslationTransformerConfig",
+    "DwLstmConfig",
+    "ResidualTransformerConfig",
+    "HighwayTransformerConfig",
+    "DepthWiseRnnConfig",
+]

@@ -72,9 +72,13 @@ class ResidualEncoderLayer(nn.Module):
     def __init__(self, config: TranslationTransformerConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
         self.self_attn = MultiHeadAttention(config.d_model, config.encoder_attention_heads, config.attention_dropout, layer_idx)
-        self.self_attn_residual = self.residual_class(config)
+        self.self_attn_residual = self.connection(config, layer_idx)
         self.ffn = FeedForward(config)
-        self.ffn_residual = self.residual_class(config)
+        self.ffn_residual = self.connection(config, layer_idx)
+
+    def connection(self, config: TranslationTransformerConfig, layer_idx: int) -> nn.Module:
+        """The connection around each sub-layer of this layer (the highway model varies it with depth)."""
+        return self.residual_class(config)
 
     @staticmethod
     def initial_state(embeddings: torch.Tensor) -> LayerState:
@@ -97,12 +101,13 @@ class ResidualDecoderLayer(nn.Module):
         super().__init__()
         d, heads = config.d_model, config.decoder_attention_heads
         self.self_attn = MultiHeadAttention(d, heads, config.attention_dropout, layer_idx)
-        self.self_attn_residual = self.residual_class(config)
+        self.self_attn_residual = self.connection(config, layer_idx)
         self.cross_attn = MultiHeadAttention(d, heads, config.attention_dropout, layer_idx, is_cross_attention=True)
-        self.cross_attn_residual = self.residual_class(config)
+        self.cross_attn_residual = self.connection(config, layer_idx)
         self.ffn = FeedForward(config)
-        self.ffn_residual = self.residual_class(config)
+        self.ffn_residual = self.connection(config, layer_idx)
 
+    connection = ResidualEncoderLayer.connection
     initial_state = staticmethod(ResidualEncoderLayer.initial_state)
 
     def forward(self, state, encoder_hidden_states, encoder_mask=None, self_mask=None, past_key_values=None, output_attentions=False):

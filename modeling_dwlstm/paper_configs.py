@@ -11,7 +11,13 @@ from pathlib import Path
 
 from transformers import PreTrainedConfig
 
-from .configuration_dwlstm import DwLstmConfig, ResidualTransformerConfig, TranslationTransformerConfig
+from .configuration_dwlstm import (
+    DepthWiseRnnConfig,
+    DwLstmConfig,
+    HighwayTransformerConfig,
+    ResidualTransformerConfig,
+    TranslationTransformerConfig,
+)
 
 SIZES = {
     "base": dict(d_model=512, ffn_dim=2048, encoder_attention_heads=8, decoder_attention_heads=8, dropout=0.1),
@@ -21,13 +27,15 @@ MEMBERS = {
     "dwlstm": (DwLstmConfig, {}),
     "residual-postnorm": (ResidualTransformerConfig, {"norm_position": "post"}),
     "residual-prenorm": (ResidualTransformerConfig, {"norm_position": "pre"}),
+    "highway-sdu": (HighwayTransformerConfig, {"highway_variant": "sdu", "sdu_gate": "sigmoid"}),
+    "depthwise-rnn": (DepthWiseRnnConfig, {}),
 }
 LAYERS = (6, 12, 18, 24)
 PAPER_VOCAB_SIZE = 35603
 
 
 def paper_config(member: str, size: str = "base", layers: int = 6, **overrides) -> TranslationTransformerConfig:
-    """The config of `member` ("dwlstm", "residual-postnorm", "residual-prenorm") at a paper size and depth."""
+    """The config of `member` (a key of MEMBERS, e.g. "dwlstm", "residual-postnorm") at a paper size and depth."""
     if member not in MEMBERS or size not in SIZES:
         raise ValueError(f"Unknown member {member!r} or size {size!r}; members: {sorted(MEMBERS)}, sizes: {sorted(SIZES)}.")
     config_class, member_fields = MEMBERS[member]

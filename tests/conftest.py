@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import modeling_dwlstm  # noqa: F401  (registers the Auto classes)
-from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
+from modeling_dwlstm import DepthWiseRnnConfig, DwLstmConfig, HighwayTransformerConfig, ResidualTransformerConfig
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -41,6 +41,28 @@ CASES.update({
     "residual-post": (ResidualTransformerConfig, {"norm_position": "post"}),
     "residual-pre": (ResidualTransformerConfig, {"norm_position": "pre", "activation_function": "gelu"}),
     "residual-pre-learned-positions": (ResidualTransformerConfig, {"norm_position": "pre", "position_embedding_type": "learned"}),
+})
+
+# Highway / SDU: every variant (and both SDU gates), gating every layer or only layer 1 (004 Tables 5-6).
+HIGHWAY_VARIANTS = {"sdu-sigmoid": {}, "sdu-tanh": {"sdu_gate": "tanh"}, "highway-gate": {"highway_variant": "highway_gate"},
+                    "gated-mhdpa": {"highway_variant": "gated_mhdpa"}}
+CASES.update({
+    f"highway-{variant}-{'all-layers' if layers is None else f'up-to-layer-{layers}'}": (
+        HighwayTransformerConfig, {**options, "sdu_layers": layers}
+    )
+    for variant, options in HIGHWAY_VARIANTS.items()
+    for layers in (None, 1)
+})
+# Depth-wise RNN: every combination of its hidden-module options.
+CASES.update({
+    f"rnn-{hidden}-{'shared' if share_hidden else 'own'}-hidden-{merge}": (
+        DepthWiseRnnConfig, {"lstm_hidden": hidden, "share_hidden": share_hidden, "decoder_merge": merge}
+    )
+    for hidden, share_hidden, merge in itertools.product(("linear", "ffn", "glu"), (False, True), ("add", "concat"))
+})
+CASES.update({
+    "rnn-linear-tanh": (DepthWiseRnnConfig, {"lstm_hidden": "linear", "lstm_activation": "tanh"}),
+    "rnn-ffn-tanh": (DepthWiseRnnConfig, {"lstm_hidden": "ffn", "lstm_activation": "tanh"}),
 })
 
 

@@ -4,7 +4,13 @@ import pytest
 import torch
 from conftest import random_ids, tiny_config, tiny_model
 
-from modeling_dwlstm import DwLstmConfig, DwLstmForConditionalGeneration, ResidualTransformerConfig
+from modeling_dwlstm import (
+    DepthWiseRnnConfig,
+    DwLstmConfig,
+    DwLstmForConditionalGeneration,
+    HighwayTransformerConfig,
+    ResidualTransformerConfig,
+)
 
 
 @pytest.mark.parametrize(
@@ -25,6 +31,17 @@ from modeling_dwlstm import DwLstmConfig, DwLstmForConditionalGeneration, Residu
         (DwLstmConfig, "language_pairs", ["english-german-french"], "language_pairs"),
         (ResidualTransformerConfig, "norm_position", "sandwich", "norm_position.*'post', 'pre'"),
         (ResidualTransformerConfig, "activation_function", "swish2", "activation_function"),
+        (HighwayTransformerConfig, "sdu_gate", "relu", "sdu_gate.*'sigmoid', 'tanh'"),
+        (HighwayTransformerConfig, "highway_variant", "gated_ffn", "highway_variant.*'sdu', 'highway_gate', 'gated_mhdpa'"),
+        (HighwayTransformerConfig, "sdu_layers", 0, "sdu_layers.*integer >= 1"),
+        (HighwayTransformerConfig, "sdu_layers", 2.0, "sdu_layers.*integer"),
+        (HighwayTransformerConfig, "sdu_layers", True, "sdu_layers.*integer"),
+        (HighwayTransformerConfig, "sdu_layers", 7, "at most the deeper stack's 6 layers.*sdu_layers=None"),
+        (DepthWiseRnnConfig, "lstm_hidden", "gru", "lstm_hidden.*'linear', 'ffn', 'glu'"),
+        (DepthWiseRnnConfig, "lstm_activation", "relu", "lstm_activation"),
+        (DepthWiseRnnConfig, "share_hidden", 1, "share_hidden"),
+        (DepthWiseRnnConfig, "decoder_merge", "two_lstm", "decoder_merge.*'add', 'concat'"),
+        (DepthWiseRnnConfig, "ffn_dim", 2047, "ffn_dim.*even"),
     ],
 )
 def test_bad_config_value_names_the_field(config_class, field, value, message):
@@ -35,6 +52,14 @@ def test_bad_config_value_names_the_field(config_class, field, value, message):
 def test_misspelled_field_is_not_silently_ignored():
     with pytest.raises(ValueError, match="did you mean `share_gates`"):
         DwLstmConfig(share_gate="none")
+    with pytest.raises(ValueError, match="did you mean `sdu_layers`"):
+        HighwayTransformerConfig(sdu_layer=2)
+
+
+@pytest.mark.parametrize("variant", ["highway_gate", "gated_mhdpa"])
+def test_highway_variants_refuse_a_tanh_gate(variant):
+    with pytest.raises(ValueError, match=f"sdu_gate='tanh'.*highway_variant='sdu' only.*{variant!r}.*Eq. 26"):
+        HighwayTransformerConfig(highway_variant=variant, sdu_gate="tanh")
 
 
 def test_checkpoint_of_another_member_is_refused(tmp_path):

@@ -29,6 +29,8 @@ ROWS = [
     (None, "dwlstm", 6, {"share_gates": "global", "decoder_merge": "concat"}, 78.90),
     (None, "dwlstm", 6, {"share_gates": "none"}, 87.59),
     (None, "dwlstm", 6, {"share_gates": "global", "share_hidden": True}, 44.00),
+    ("highway-sdu-base-6l.json", "highway-sdu", 6, {}, 78.13),
+    ("depthwise-rnn-base-6l.json", "depthwise-rnn", 6, {}, 68.67),
 ]
 
 
