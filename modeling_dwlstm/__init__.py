@@ -8,14 +8,19 @@ code (remote-code loading), and registers the `translation` pipeline that transf
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .configuration_dwlstm import DwLstmConfig, ResidualTransformerConfig, TranslationTransformerConfig
+from .configuration_dwlstm import DlclConfig, TransparentAttentionConfig
 from .modeling_dwlstm import DwLstmForConditionalGeneration, DwLstmModel, DwLstmPreTrainedModel, LayerState
 from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+from .modeling_dlcl import DlclForConditionalGeneration, DlclModel, plot_dlcl_weights
+from .modeling_transparent import TransparentAttentionForConditionalGeneration, TransparentAttentionModel
 from .pipeline_translation import TranslationPipeline, register_translation_pipeline
 
 # (config, bare model, translation model) of every family member.
 FAMILY = [
     (DwLstmConfig, DwLstmModel, DwLstmForConditionalGeneration),
     (ResidualTransformerConfig, ResidualTransformerModel, ResidualTransformerForConditionalGeneration),
+    (DlclConfig, DlclModel, DlclForConditionalGeneration),
+    (TransparentAttentionConfig, TransparentAttentionModel, TransparentAttentionForConditionalGeneration),
 ]
 
 for _config_class, _model_class, _generation_class in FAMILY:
@@ -40,4 +45,11 @@ __all__ = [
     "ResidualTransformerForConditionalGeneration",
     "LayerState",
     "TranslationPipeline",
+    "DlclConfig",
+    "DlclModel",
+    "DlclForConditionalGeneration",
+    "plot_dlcl_weights",
+    "TransparentAttentionConfig",
+    "TransparentAttentionModel",
+    "TransparentAttentionForConditionalGeneration",
 ]

@@ -5,6 +5,7 @@ import torch
 from conftest import random_ids, tiny_config, tiny_model
 
 from modeling_dwlstm import DwLstmConfig, DwLstmForConditionalGeneration, ResidualTransformerConfig
+from modeling_dwlstm import DlclConfig, TransparentAttentionConfig
 
 
 @pytest.mark.parametrize(
@@ -25,6 +26,11 @@ from modeling_dwlstm import DwLstmConfig, DwLstmForConditionalGeneration, Residu
         (DwLstmConfig, "language_pairs", ["english-german-french"], "language_pairs"),
         (ResidualTransformerConfig, "norm_position", "sandwich", "norm_position.*'post', 'pre'"),
         (ResidualTransformerConfig, "activation_function", "swish2", "activation_function"),
+        (DlclConfig, "dlcl_weights", "softmax", "dlcl_weights.*'learned', 'one', 'average'"),
+        (DlclConfig, "dlcl_layer_norm", "no", "dlcl_layer_norm"),
+        (DlclConfig, "norm_position", "middle", "norm_position"),
+        (TransparentAttentionConfig, "norm_position", "none", "norm_position"),
+        (TransparentAttentionConfig, "encoder_layers", -1, "encoder_layers"),
     ],
 )
 def test_bad_config_value_names_the_field(config_class, field, value, message):

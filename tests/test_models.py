@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from conftest import CASES, random_ids, tiny_model
 from transformers import AutoModelForSeq2SeqLM
@@ -153,13 +154,14 @@ def test_loss_is_label_smoothed_cross_entropy_over_non_padding():
     torch.testing.assert_close(out.loss, expected)
 
 
-def test_gradient_checkpointing_gives_the_same_gradients():
+@pytest.mark.parametrize("case", ["dwlstm-two-lstm", "dlcl-pre-learned", "ta-post"])
+def test_gradient_checkpointing_gives_the_same_gradients(case):
     def gradients(model):
         model.train()
         model(input_ids=random_ids(2, 7), labels=random_ids(2, 5, seed=2)).loss.backward()
         return {name: p.grad.clone() for name, p in model.named_parameters()}
 
-    model = tiny_model("dwlstm-two-lstm")
+    model = tiny_model(case)
     expected = gradients(model)
     model.zero_grad()
     model.activation_checkpointing_enable()
