@@ -65,8 +65,8 @@ class DlclConnection(LayerCombination):
         return [*history, state]
 
     def forward(self, history: list[LayerState], consumer: int) -> LayerState:
-        outputs = torch.stack([entry.output for entry in history], dim=-1)  # (B, T, d, c+1)
-        combined = outputs @ self.row(consumer)  # (B, T, d)
+        # A running sum rather than stack-and-matmul: autograd then keeps no (c+1)-fold copy per consumer.
+        combined = sum(weight * entry.output for weight, entry in zip(self.row(consumer), history, strict=True))  # (B, T, d)
         if not self.pre_norm and consumer < len(self.layer_norms):
             combined = self.layer_norms[consumer](combined)
         return LayerState(output=combined)

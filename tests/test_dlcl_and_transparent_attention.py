@@ -6,11 +6,13 @@ The per-model checks (gradients, save/load, cache, beams, padding, ...) run for 
 
 import pytest
 import torch
-from conftest import random_ids, tiny_config, tiny_model
-from transformers import AutoModelForSeq2SeqLM
+from conftest import random_ids, read_multi30k, tiny_config, tiny_model
+from datasets import Dataset
+from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments, pipeline
 
 from modeling_dwlstm import DlclForConditionalGeneration, plot_dlcl_weights
 from modeling_dwlstm.gradient_norms import embedding_gradient_norms
+from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 
 
 def logits(model, **inputs):
@@ -181,3 +183,34 @@ def test_embedding_gradient_norms_are_recorded_per_step():
     assert records[0]["embedding_gradient_norm"] == pytest.approx(gradient.norm().item(), rel=1e-5)
     assert records[0]["loss"] == pytest.approx(loss.item(), rel=1e-6)
     assert records[1]["loss"] != records[0]["loss"]  # the model trains between steps
+
+
+@pytest.mark.parametrize("case", ["dlcl-pre-learned", "ta-post"])
+def test_seq2seq_trainer_and_translation_pipeline(case, tmp_path):
+    """Training, predict_with_generate and pipeline("translation") handle both members (TA's encoder
+    output carries every layer through the Trainer's generate calls)."""
+    english, german = read_multi30k("train", "en", 48), read_multi30k("train", "de", 48)
+    tokenizer = train_joint_bpe_tokenizer(english + german, vocab_size=300)
+    torch.manual_seed(0)
+    config = tiny_config(case, **tokenizer_model_kwargs(tokenizer), max_position_embeddings=128)
+    model = AutoModelForSeq2SeqLM.from_config(config)
+    pairs = Dataset.from_dict({"en": english, "de": german}).map(
+        lambda batch: tokenizer(batch["en"], text_target=batch["de"], truncation=True, max_length=48),
+        batched=True, remove_columns=["en", "de"],
+    )
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, predict_with_generate=True, max_steps=2, per_device_train_batch_size=16,
+        per_device_eval_batch_size=8, learning_rate=3e-3, generation_max_length=12, generation_num_beams=2,
+        save_strategy="no", report_to=[], disable_tqdm=True, seed=0,
+    )
+    trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=pairs.select(range(32)), processing_class=tokenizer,
+                             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model))
+    assert trainer.train().training_loss > 0
+    prediction = trainer.predict(pairs.select(range(32, 48)))
+    assert prediction.predictions.shape[0] == 16
+
+    model.eval()
+    translator = pipeline("translation", model=model, tokenizer=tokenizer)
+    batch = tokenizer([english[40]], return_tensors="pt")
+    expected = tokenizer.decode(model.generate(**batch, num_beams=2, max_new_tokens=8)[0], skip_special_tokens=True)
+    assert translator(english[40], num_beams=2, max_new_tokens=8) == [{"translation_text": expected}]
