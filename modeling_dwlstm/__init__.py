@@ -9,15 +9,19 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .configuration_dwlstm import (
     DepthWiseRnnConfig,
+    DlclConfig,
     DwLstmConfig,
     HighwayTransformerConfig,
     ResidualTransformerConfig,
     TranslationTransformerConfig,
+    TransparentAttentionConfig,
 )
 from .modeling_dwlstm import DwLstmForConditionalGeneration, DwLstmModel, DwLstmPreTrainedModel, LayerState
 from .modeling_highway import HighwayTransformerForConditionalGeneration, HighwayTransformerModel
 from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
 from .modeling_rnn import DepthWiseRnnForConditionalGeneration, DepthWiseRnnModel
+from .modeling_dlcl import DlclForConditionalGeneration, DlclModel, plot_dlcl_weights
+from .modeling_transparent import TransparentAttentionForConditionalGeneration, TransparentAttentionModel
 from .pipeline_translation import TranslationPipeline, register_translation_pipeline
 
 # (config, bare model, translation model) of every family member.
@@ -26,6 +30,8 @@ FAMILY = [
     (ResidualTransformerConfig, ResidualTransformerModel, ResidualTransformerForConditionalGeneration),
     (HighwayTransformerConfig, HighwayTransformerModel, HighwayTransformerForConditionalGeneration),
     (DepthWiseRnnConfig, DepthWiseRnnModel, DepthWiseRnnForConditionalGeneration),
+    (DlclConfig, DlclModel, DlclForConditionalGeneration),
+    (TransparentAttentionConfig, TransparentAttentionModel, TransparentAttentionForConditionalGeneration),
 ]
 
 for _config_class, _model_class, _generation_class in FAMILY:
@@ -56,4 +62,11 @@ __all__ = [
     "DepthWiseRnnForConditionalGeneration",
     "LayerState",
     "TranslationPipeline",
+    "DlclConfig",
+    "DlclModel",
+    "DlclForConditionalGeneration",
+    "plot_dlcl_weights",
+    "TransparentAttentionConfig",
+    "TransparentAttentionModel",
+    "TransparentAttentionForConditionalGeneration",
 ]

@@ -9,6 +9,8 @@ layers are connected, and each adds its own fields in a small subclass:
 - ``ResidualTransformerConfig`` (``dwlstm-residual``): post-/pre-norm residual Transformer (003 §2).
 - ``HighwayTransformerConfig`` (``dwlstm-highway``): self-dependency units, Chai et al. (004).
 - ``DepthWiseRnnConfig`` (``dwlstm-rnn``): the depth-wise LSTM without gates or cell (001 Table 2).
+- ``DlclConfig`` (``dwlstm-dlcl``): dynamic linear combination of layers (003 §3).
+- ``TransparentAttentionConfig`` (``dwlstm-ta``): transparent attention (Bapna et al. 2018).
 
 Field names follow Marian's config. Defaults are the Transformer-base setting of the papers
 (d_model 512, ffn_dim 2048, 8 heads, 6+6 layers, dropout 0.1) with the joint vocabulary of 001's
@@ -163,6 +165,16 @@ class TranslationTransformerConfig(PreTrainedConfig):
     @property
     def decoder_layer_type(self) -> str:
         raise NotImplementedError
+
+    # Connections across a stack (modeling_dwlstm.DEPTH_CONNECTION_CLASSES / CROSS_ATTENTION_SOURCE_CLASSES):
+    # by default layer l+1 reads layer l, and every decoder layer attends over the encoder's output.
+    @property
+    def depth_connection_type(self) -> str:
+        return "previous_layer"
+
+    @property
+    def cross_attention_source_type(self) -> str:
+        return "top_encoder_layer"
 
 
 class DwLstmConfig(TranslationTransformerConfig):
@@ -353,6 +365,74 @@ class DepthWiseRnnConfig(TranslationTransformerConfig):
     @property
     def decoder_layer_type(self) -> str:
         return "depthwise_rnn"
+class DlclConfig(ResidualTransformerConfig):
+    r"""
+    Dynamic linear combination of layers, DLCL (Wang et al. 003 §3, Eqs. 7-9), on the residual layers.
+
+    Both stacks keep every layer output y_0 .. y_l (y_0 = the embeddings) and feed layer l+1
+    a weighted sum of them, with one scalar W^{(l+1)}_k per (consumer, earlier layer) pair, separately
+    for encoder and decoder; the stack output (before the final LayerNorm) is one more consumer, so
+    each stack has an (L+1) x (L+1) lower-triangular weight matrix (003 Fig. 5):
+
+        pre-norm    x_{l+1} = sum_k W_k LN_k(y_k)       (Eq. 8; one LayerNorm per stored output)
+        post-norm   x_{l+1} = LN_{l+1}(sum_k W_k y_k)   (Eq. 9; one LayerNorm per consumer; for the
+                                                          stack output the stack's final LayerNorm is it)
+
+    Only complete layers are combined (003 §5: "we only combine the output of a complete layer"), so
+    cached decoding works position by position as for the residual model.
+
+    Args:
+        norm_position (`str`, defaults to "pre"): "pre" or "post", as for the residual model; 003's
+            DLCL systems (DLCL-30L, Fig. 5, the ablations of Table 6) are pre-norm.
+        dlcl_weights (`str`, defaults to "learned"): "learned" (initialised to the average 1/(l+1)),
+            or the fixed ablations of 003 Table 6: "one" (W = 1) and "average" (W = 1/(l+1)).
+        dlcl_layer_norm (`bool`, defaults to True): the LayerNorms of Eqs. 8/9; False is Table 6's
+            "- layer norm." ablation (then DLCL with one-hot weights on the previous layer is exactly
+            the residual model).
+    """
+
+    model_type = "dwlstm-dlcl"
+
+    norm_position: str = "pre"
+    dlcl_weights: str = "learned"
+    dlcl_layer_norm: bool = True
+
+    def check_values(self):
+        super().check_values()
+        _check_choice("dlcl_weights", self.dlcl_weights, ("learned", "one", "average"))
+        if not isinstance(self.dlcl_layer_norm, bool):
+            raise ValueError(f"`dlcl_layer_norm` must be True or False, got {self.dlcl_layer_norm!r}.")
+
+    @property
+    def depth_connection_type(self) -> str:
+        return "dlcl"
+
+
+class TransparentAttentionConfig(ResidualTransformerConfig):
+    r"""
+    Transparent attention (Bapna et al. 2018, "Training Deeper Neural Machine Translation Models with
+    Transparent Attention"; the TA baseline of 001 Table 6) on the residual layers.
+
+    Decoder layer i cross-attends over its own softmax-weighted combination of all encoder layer
+    outputs instead of the top one only:
+
+        memory_i = sum_j softmax(s_i)_j e_j,   j = 0 .. L_enc
+
+    with e_0 the embeddings, e_1 .. e_{L-1} the layer outputs and e_L the encoder's final output
+    (after its LayerNorm), and s a learned (decoder_layers, encoder_layers + 1) matrix initialised
+    to zero (every layer weighted equally at the start).
+
+    Args:
+        norm_position (`str`, defaults to "post"): the residual layers' normalisation. Post-norm by
+            default: transparent attention was proposed to train deep post-norm encoders, and 003
+            Table 2 compares it among the post-norm systems.
+    """
+
+    model_type = "dwlstm-ta"
+
+    @property
+    def cross_attention_source_type(self) -> str:
+        return "transparent"
 
 
 __all__ = [
@@ -361,4 +441,6 @@ __all__ = [
     "ResidualTransformerConfig",
     "HighwayTransformerConfig",
     "DepthWiseRnnConfig",
+    "DlclConfig",
+    "TransparentAttentionConfig",
 ]

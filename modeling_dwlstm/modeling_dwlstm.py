@@ -5,7 +5,9 @@ Read top to bottom:
  2. the depth-wise LSTM (SPEC §2): gates, hidden variants, one step over depth;
  3. layers: every layer maps a `LayerState` to a `LayerState`, so one can be swapped for another
     (the layer non-linearity analysis of 000 §4 replaces a single layer by a linear map);
- 4. the encoder / decoder stacks, which pick their layer class by name from the config;
+ 4. the encoder / decoder stacks, which pick their layer class by name from the config, and the two
+    hooks that connect layers across a stack (a depth connection forms each layer's input from the
+    earlier layer outputs; a cross-attention source gives each decoder layer its encoder states);
  5. `DwLstmModel` and `DwLstmForConditionalGeneration`, the Hugging Face wrappers.
 
 Other members (residual, ...) live in their own `modeling_*.py` file: a config subclass, layer
@@ -15,6 +17,7 @@ classes registered with `register_layers`, and two thin model subclasses.
 import math
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -427,12 +430,71 @@ register_layers("depthwise_lstm_two", DepthwiseLstmEncoderLayer, TwoLstmDecoderL
 
 
 def build_layers(registry: dict, layer_type: str, config, count: int, shared_modules: SharedModules) -> nn.ModuleList:
-    if layer_type not in registry:
+    check_registered(registry, layer_type, "layer class")
+    return nn.ModuleList(registry[layer_type](config, i, shared_modules) for i in range(count))
+
+
+def check_registered(registry: dict, name: str, what: str):
+    if name not in registry:
         raise ValueError(
-            f"No layer class is registered as {layer_type!r} (known: {sorted(registry)}); import the module "
+            f"No {what} is registered as {name!r} (known: {sorted(registry)}); import the module "
             "that defines this family member (e.g. `import modeling_dwlstm`)."
         )
-    return nn.ModuleList(registry[layer_type](config, i, shared_modules) for i in range(count))
+
+
+@dataclass
+class TranslationEncoderOutput(BaseModelOutput):
+    """`BaseModelOutput` plus, for decoders that read every encoder layer (transparent attention),
+    `layer_outputs` (batch, source length, encoder_layers + 1, d_model): the embeddings, each layer's
+    output and the final output, i.e. `hidden_states` stacked. A top-level tensor, so `generate()`
+    expands it for beams like `last_hidden_state`. None for every other member."""
+
+    layer_outputs: torch.FloatTensor | None = None
+
+
+class LayerCombination(nn.Module):
+    """Scalar weights that mix several layers' outputs (DLCL, transparent attention). `weights` is a
+    parameter when learned and a buffer when fixed; `_init_weights` sets it to `initial_weights()`."""
+
+    def initial_weights(self) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class PreviousLayer(nn.Module):
+    """The default depth connection: layer l+1 reads layer l's output as it is (residual and depth-wise
+    LSTM stacks). A depth connection decides what a stack remembers of the layer outputs y_0 .. y_c seen
+    so far (`remember` returns the new history, a list passed along by the stack) and forms from it the
+    input of consumer c: layer c+1, or the stack output for c = L."""
+
+    def __init__(self, config: TranslationTransformerConfig, num_layers: int):
+        super().__init__()
+
+    def remember(self, history: list[LayerState], state: LayerState) -> list[LayerState]:
+        return [state]  # only the latest output is ever read
+
+    def forward(self, history: list[LayerState], consumer: int) -> LayerState:
+        return history[-1]
+
+
+class TopEncoderLayer(nn.Module):
+    """The default cross-attention source: every decoder layer attends over the encoder's final output."""
+
+    reads_all_encoder_layers = False
+
+    def __init__(self, config: TranslationTransformerConfig):
+        super().__init__()
+
+    def encoder_states(self, encoder_outputs: BaseModelOutput) -> torch.Tensor:
+        """What the model hands the decoder as `encoder_hidden_states`."""
+        return encoder_outputs.last_hidden_state
+
+    def forward(self, encoder_states: torch.Tensor, layer_idx: int, past_key_values=None) -> torch.Tensor | None:
+        """The memory decoder layer `layer_idx` cross-attends over."""
+        return encoder_states
+
+
+DEPTH_CONNECTION_CLASSES: dict[str, type] = {"previous_layer": PreviousLayer}
+CROSS_ATTENTION_SOURCE_CLASSES: dict[str, type] = {"top_encoder_layer": TopEncoderLayer}
 
 
 class LayerStack(nn.Module):
@@ -456,36 +518,55 @@ class TranslationEncoder(LayerStack):
         self.config = config
         self.embeddings = TranslationEmbeddings(config, token_embedding)
         self.layers = build_layers(ENCODER_LAYER_CLASSES, config.encoder_layer_type, config, config.encoder_layers, shared_modules)
+        self.depth_connection = build_depth_connection(config, config.encoder_layers)
+        self.exports_layer_outputs = cross_attention_source_class(config).reads_all_encoder_layers
         self.final_layer_norm = nn.LayerNorm(config.d_model)
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None) -> BaseModelOutput:
+                output_hidden_states=None, return_dict=None) -> TranslationEncoderOutput:
         hidden = self.embeddings(input_ids, inputs_embeds)  # (B, S, d)
         mask = padding_mask(attention_mask, hidden.shape[1])
         state = self.layers[0].initial_state(hidden)
-        all_hidden, all_attentions = [], []
-        for layer in self.layers:
+        all_hidden, all_attentions, history = [state.output], [], self.depth_connection.remember([], state)
+        for i, layer in enumerate(self.layers):
+            state, (weights,) = self.call_layer(layer, self.depth_connection(history, i), mask, bool(output_attentions))
+            history = self.depth_connection.remember(history, state)
             all_hidden.append(state.output)
-            state, (weights,) = self.call_layer(layer, state, mask, bool(output_attentions))
             all_attentions.append(weights)
-        output = self.final_layer_norm(state.output)
-        return BaseModelOutput(
+        output = self.final_layer_norm(self.depth_connection(history, len(self.layers)).output)
+        all_hidden[-1] = output  # y_0 .. y_{L-1} and the stack output
+        return TranslationEncoderOutput(
             last_hidden_state=output,
-            hidden_states=tuple(all_hidden + [output]) if output_hidden_states else None,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
             attentions=tuple(all_attentions) if output_attentions else None,
+            layer_outputs=torch.stack(all_hidden, dim=2) if self.exports_layer_outputs else None,  # (B, S, L+1, d)
         )
+
+
+def build_depth_connection(config: TranslationTransformerConfig, num_layers: int) -> nn.Module:
+    check_registered(DEPTH_CONNECTION_CLASSES, config.depth_connection_type, "depth connection")
+    return DEPTH_CONNECTION_CLASSES[config.depth_connection_type](config, num_layers)
+
+
+def cross_attention_source_class(config: TranslationTransformerConfig) -> type:
+    check_registered(CROSS_ATTENTION_SOURCE_CLASSES, config.cross_attention_source_type, "cross-attention source")
+    return CROSS_ATTENTION_SOURCE_CLASSES[config.cross_attention_source_type]
 
 
 class TranslationDecoder(LayerStack):
     """Embeddings, `decoder_layers` layers (masked self-attention, cross-attention), final LayerNorm.
     With a cache only the new positions are computed: the depth-wise state is per position, so the
-    attention KV cache is all that carries over between steps."""
+    attention KV cache is all that carries over between steps. `encoder_hidden_states` is what the
+    cross-attention source reads: the encoder output (B, S, d), or for transparent attention every
+    encoder layer's output (B, S, L_enc+1, d)."""
 
     def __init__(self, config: TranslationTransformerConfig, token_embedding: nn.Embedding, shared_modules: SharedModules):
         super().__init__()
         self.config = config
         self.embeddings = TranslationEmbeddings(config, token_embedding)
         self.layers = build_layers(DECODER_LAYER_CLASSES, config.decoder_layer_type, config, config.decoder_layers, shared_modules)
+        self.depth_connection = build_depth_connection(config, config.decoder_layers)
+        self.cross_attention_source = cross_attention_source_class(config)(config)
         self.final_layer_norm = nn.LayerNorm(config.d_model)
 
     def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
@@ -504,19 +585,23 @@ class TranslationDecoder(LayerStack):
         self_mask = causal_mask(hidden.shape[1], past_length + hidden.shape[1], attention_mask, hidden.device)
         encoder_mask = padding_mask(encoder_attention_mask, encoder_hidden_states.shape[1])
         state = self.layers[0].initial_state(hidden)
-        all_hidden, self_attentions, cross_attentions = [], [], []
-        for layer in self.layers:
-            all_hidden.append(state.output)
+        all_hidden, self_attentions, cross_attentions = [state.output], [], []
+        history = self.depth_connection.remember([], state)
+        for i, layer in enumerate(self.layers):
+            memory = self.cross_attention_source(encoder_hidden_states, i, past_key_values)  # (B, S, d) or None once cached
             state, (self_weights, cross_weights) = self.call_layer(
-                layer, state, encoder_hidden_states, encoder_mask, self_mask, past_key_values, bool(output_attentions)
+                layer, self.depth_connection(history, i), memory, encoder_mask, self_mask, past_key_values, bool(output_attentions)
             )
+            history = self.depth_connection.remember(history, state)
+            all_hidden.append(state.output)
             self_attentions.append(self_weights)
             cross_attentions.append(cross_weights)
-        output = self.final_layer_norm(state.output)
+        output = self.final_layer_norm(self.depth_connection(history, len(self.layers)).output)
+        all_hidden[-1] = output
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=output,
             past_key_values=past_key_values,
-            hidden_states=tuple(all_hidden + [output]) if output_hidden_states else None,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
             attentions=tuple(self_attentions) if output_attentions else None,
             cross_attentions=tuple(cross_attentions) if output_attentions else None,
         )
@@ -560,6 +645,8 @@ class DwLstmPreTrainedModel(PreTrainedModel):
             init.zeros_(module.norm_bias)
         elif isinstance(module, SinusoidalPositions):
             init.copy_(module.table, module.build_table())
+        elif isinstance(module, LayerCombination):  # DLCL, transparent attention
+            init.copy_(module.weights, module.initial_weights())
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Also save the translation pipeline (transformers 5 dropped the task), so that
@@ -620,7 +707,7 @@ class DwLstmModel(DwLstmPreTrainedModel):
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("Pass `decoder_input_ids` (or `labels`, from which they are derived).")
         decoder_outputs = self.decoder(
-            decoder_input_ids, decoder_attention_mask, encoder_outputs.last_hidden_state, attention_mask,
+            decoder_input_ids, decoder_attention_mask, self.decoder.cross_attention_source.encoder_states(encoder_outputs), attention_mask,
             past_key_values, decoder_inputs_embeds, use_cache, output_attentions, output_hidden_states,
         )
         output = Seq2SeqModelOutput(
@@ -701,4 +788,5 @@ __all__ = [
     "DwLstmForConditionalGeneration",
     "LayerState",
     "register_layers",
+    "TranslationEncoderOutput",
 ]

@@ -13,10 +13,12 @@ from transformers import PreTrainedConfig
 
 from .configuration_dwlstm import (
     DepthWiseRnnConfig,
+    DlclConfig,
     DwLstmConfig,
     HighwayTransformerConfig,
     ResidualTransformerConfig,
     TranslationTransformerConfig,
+    TransparentAttentionConfig,
 )
 
 SIZES = {
@@ -29,13 +31,25 @@ MEMBERS = {
     "residual-prenorm": (ResidualTransformerConfig, {"norm_position": "pre"}),
     "highway-sdu": (HighwayTransformerConfig, {"highway_variant": "sdu", "sdu_gate": "sigmoid"}),
     "depthwise-rnn": (DepthWiseRnnConfig, {}),
+    "dlcl-prenorm": (DlclConfig, {"norm_position": "pre"}),
+    "dlcl-postnorm": (DlclConfig, {"norm_position": "post"}),
+    "transparent-attention": (TransparentAttentionConfig, {}),
 }
 LAYERS = (6, 12, 18, 24)
+# Members published with deep encoders and 6-layer decoders: (size, encoder layers, decoder layers) to write,
+# instead of every size x LAYERS. DLCL: 003's pre-norm DLCL-30L and post-norm 20-layer DLCL (§5.1);
+# transparent attention: Bapna et al.'s 16-layer encoder (001 Table 6).
+HUB_DEPTHS = {
+    "dlcl-prenorm": [("base", 6, 6), ("base", 30, 6)],
+    "dlcl-postnorm": [("base", 6, 6), ("base", 20, 6)],
+    "transparent-attention": [("base", 6, 6), ("base", 16, 6)],
+}
 PAPER_VOCAB_SIZE = 35603
 
 
 def paper_config(member: str, size: str = "base", layers: int = 6, **overrides) -> TranslationTransformerConfig:
-    """The config of `member` (a key of MEMBERS, e.g. "dwlstm", "residual-postnorm") at a paper size and depth."""
+    """The config of `member` (a key of MEMBERS) at a paper size with `layers` encoder and decoder layers
+    (override `decoder_layers` for a deep encoder with a shallow decoder)."""
     if member not in MEMBERS or size not in SIZES:
         raise ValueError(f"Unknown member {member!r} or size {size!r}; members: {sorted(MEMBERS)}, sizes: {sorted(SIZES)}.")
     config_class, member_fields = MEMBERS[member]
@@ -43,8 +57,20 @@ def paper_config(member: str, size: str = "base", layers: int = 6, **overrides) 
     return config_class(**{**settings, **SIZES[size], **member_fields, **overrides})
 
 
-def hub_config_name(member: str, size: str, layers: int) -> str:
-    return f"{member}-{size}-{layers}l.json"
+def hub_config_name(member: str, size: str, layers: int, decoder_layers: int | None = None) -> str:
+    """`{member}-{size}-{L}l.json` for L + L layers, `{member}-{size}-enc{L}-dec{M}.json` otherwise."""
+    if decoder_layers is None or decoder_layers == layers:
+        return f"{member}-{size}-{layers}l.json"
+    return f"{member}-{size}-enc{layers}-dec{decoder_layers}.json"
+
+
+def hub_config_settings() -> list[tuple[str, str, int, int]]:
+    """(member, size, encoder layers, decoder layers) of every file in hub_configs/."""
+    return [
+        (member, size, encoder_layers, decoder_layers)
+        for member in MEMBERS
+        for size, encoder_layers, decoder_layers in HUB_DEPTHS.get(member, [(size, L, L) for size in SIZES for L in LAYERS])
+    ]
 
 
 def config_to_json(config: TranslationTransformerConfig) -> str:
@@ -60,10 +86,8 @@ def write_hub_configs(directory: str | Path) -> list[Path]:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for member in MEMBERS:
-        for size in SIZES:
-            for layers in LAYERS:
-                path = directory / hub_config_name(member, size, layers)
-                path.write_text(config_to_json(paper_config(member, size, layers)))
-                written.append(path)
+    for member, size, encoder_layers, decoder_layers in hub_config_settings():
+        path = directory / hub_config_name(member, size, encoder_layers, decoder_layers)
+        path.write_text(config_to_json(paper_config(member, size, encoder_layers, decoder_layers=decoder_layers)))
+        written.append(path)
     return written

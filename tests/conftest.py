@@ -9,6 +9,7 @@ import torch
 
 import modeling_dwlstm  # noqa: F401  (registers the Auto classes)
 from modeling_dwlstm import DepthWiseRnnConfig, DwLstmConfig, HighwayTransformerConfig, ResidualTransformerConfig
+from modeling_dwlstm import DlclConfig, TransparentAttentionConfig
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -41,6 +42,18 @@ CASES.update({
     "residual-post": (ResidualTransformerConfig, {"norm_position": "post"}),
     "residual-pre": (ResidualTransformerConfig, {"norm_position": "pre", "activation_function": "gelu"}),
     "residual-pre-learned-positions": (ResidualTransformerConfig, {"norm_position": "pre", "position_embedding_type": "learned"}),
+})
+# DLCL: each weighting of 003 Table 6 with each norm, with and without the extra LayerNorm; transparent attention.
+CASES.update({
+    f"dlcl-{norm}-{weights}{'' if layer_norm else '-no-ln'}": (
+        DlclConfig, {"norm_position": norm, "dlcl_weights": weights, "dlcl_layer_norm": layer_norm}
+    )
+    for norm, weights, layer_norm in [("pre", "learned", True), ("post", "learned", True), ("pre", "one", True),
+                                      ("post", "average", True), ("pre", "average", False), ("post", "one", False)]
+})
+CASES.update({
+    "ta-post": (TransparentAttentionConfig, {"norm_position": "post"}),
+    "ta-pre": (TransparentAttentionConfig, {"norm_position": "pre"}),
 })
 
 # Highway / SDU: every variant (and both SDU gates), gating every layer or only layer 1 (004 Tables 5-6).

@@ -6,10 +6,12 @@ from conftest import random_ids, tiny_config, tiny_model
 
 from modeling_dwlstm import (
     DepthWiseRnnConfig,
+    DlclConfig,
     DwLstmConfig,
     DwLstmForConditionalGeneration,
     HighwayTransformerConfig,
     ResidualTransformerConfig,
+    TransparentAttentionConfig,
 )
 
 
@@ -42,6 +44,11 @@ from modeling_dwlstm import (
         (DepthWiseRnnConfig, "share_hidden", 1, "share_hidden"),
         (DepthWiseRnnConfig, "decoder_merge", "two_lstm", "decoder_merge.*'add', 'concat'"),
         (DepthWiseRnnConfig, "ffn_dim", 2047, "ffn_dim.*even"),
+        (DlclConfig, "dlcl_weights", "softmax", "dlcl_weights.*'learned', 'one', 'average'"),
+        (DlclConfig, "dlcl_layer_norm", "no", "dlcl_layer_norm"),
+        (DlclConfig, "norm_position", "middle", "norm_position"),
+        (TransparentAttentionConfig, "norm_position", "none", "norm_position"),
+        (TransparentAttentionConfig, "encoder_layers", -1, "encoder_layers"),
     ],
 )
 def test_bad_config_value_names_the_field(config_class, field, value, message):

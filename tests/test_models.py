@@ -154,7 +154,10 @@ def test_loss_is_label_smoothed_cross_entropy_over_non_padding():
     torch.testing.assert_close(out.loss, expected)
 
 
-@pytest.mark.parametrize("checkpointed_case", ["dwlstm-two-lstm", "highway-sdu-tanh-up-to-layer-1", "rnn-glu-shared-hidden-concat"])
+@pytest.mark.parametrize(
+    "checkpointed_case",
+    ["dwlstm-two-lstm", "highway-sdu-tanh-up-to-layer-1", "rnn-glu-shared-hidden-concat", "dlcl-pre-learned", "ta-post"],
+)
 def test_gradient_checkpointing_gives_the_same_gradients(checkpointed_case):
     def gradients(model):
         model.train()

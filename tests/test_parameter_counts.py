@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
-from modeling_dwlstm.paper_configs import LAYERS, MEMBERS, SIZES, config_to_json, hub_config_name, paper_config
+from modeling_dwlstm.paper_configs import config_to_json, hub_config_name, hub_config_settings, paper_config
 
 HUB_CONFIGS = Path(__file__).resolve().parents[1] / "hub_configs"
 
@@ -31,6 +31,9 @@ ROWS = [
     (None, "dwlstm", 6, {"share_gates": "global", "share_hidden": True}, 44.00),
     ("highway-sdu-base-6l.json", "highway-sdu", 6, {}, 78.13),
     ("depthwise-rnn-base-6l.json", "depthwise-rnn", 6, {}, 68.67),
+    # 001 Table 6 baselines: TA with a 16-layer encoder, DLCL with a 30-layer encoder (6-layer decoders).
+    ("transparent-attention-base-enc16-dec6.json", "transparent-attention", 16, {"decoder_layers": 6}, 93.87),
+    ("dlcl-prenorm-base-enc30-dec6.json", "dlcl-prenorm", 30, {"decoder_layers": 6}, 137.97),
 ]
 
 
@@ -49,13 +52,16 @@ def test_parameter_count_matches_paper(hub_file, member, layers, overrides, pape
     assert abs(count_millions(config) - paper) / paper < 0.003
 
 
-@pytest.mark.parametrize("member", sorted(MEMBERS))
-@pytest.mark.parametrize("size", sorted(SIZES))
-@pytest.mark.parametrize("layers", LAYERS)
-def test_hub_configs_are_the_papers_settings(member, size, layers):
+@pytest.mark.parametrize("member,size,layers,decoder_layers", hub_config_settings())
+def test_hub_configs_are_the_papers_settings(member, size, layers, decoder_layers):
     """hub_configs/ is what paper_configs produces (regenerate with scripts/make_hub_configs.py)."""
-    path = HUB_CONFIGS / hub_config_name(member, size, layers)
-    assert path.read_text() == config_to_json(paper_config(member, size, layers))
+    path = HUB_CONFIGS / hub_config_name(member, size, layers, decoder_layers)
+    assert path.read_text() == config_to_json(paper_config(member, size, layers, decoder_layers=decoder_layers))
     config = AutoConfig.from_pretrained(path)
     assert config.to_dict()["model_type"] == json.loads(path.read_text())["model_type"]
-    assert (config.d_model, config.encoder_layers) == ({"base": 512, "big": 1024}[size], layers)
+    assert (config.d_model, config.encoder_layers, config.decoder_layers) == ({"base": 512, "big": 1024}[size], layers, decoder_layers)
+
+
+def test_hub_configs_holds_nothing_stale():
+    expected = {hub_config_name(member, size, layers, decoder) for member, size, layers, decoder in hub_config_settings()}
+    assert {path.name for path in HUB_CONFIGS.glob("*.json")} == expected

@@ -1,0 +1,127 @@
+"""Dynamic linear combination of layers, DLCL (Wang et al. 003 §3, Eqs. 7-9).
+
+The residual layers of `modeling_residual` (post- or pre-norm), connected across each stack by
+`DlclConnection`: the input of layer l+1 is a weighted sum of all earlier layer outputs y_0 .. y_l
+(y_0 = the embeddings), with a learned (or fixed) scalar per (consumer, earlier layer):
+
+    pre-norm    x_{l+1} = sum_k W^{(l+1)}_k LN_k(y_k)        003 Eq. 8
+    post-norm   x_{l+1} = LN(sum_k W^{(l+1)}_k y_k)          003 Eq. 9
+
+`model.dlcl_weight_matrices()` reads the two weight matrices out; `plot_dlcl_weights` draws them as
+heatmaps like 003 Fig. 5.
+"""
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .configuration_dwlstm import DlclConfig
+from .modeling_dwlstm import DEPTH_CONNECTION_CLASSES, LayerCombination, LayerState
+from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+
+
+class DlclConnection(LayerCombination):
+    """The depth connection of one DLCL stack of `num_layers` layers.
+
+    Consumers c = 0 .. L (c < L: the input of layer c+1; c = L: the stack output, before the final
+    LayerNorm) read y_0 .. y_c with weights W[c, 0..c]. The lower triangle of W is stored row by row
+    in `weights`, a vector of (L+1)(L+2)/2 scalars: a parameter for `dlcl_weights="learned"`, a
+    buffer for the fixed ablations. Pre-norm normalises each y_k once, when it enters the history.
+    """
+
+    def __init__(self, config: DlclConfig, num_layers: int):
+        super().__init__()
+        self.num_consumers = num_layers + 1
+        self.weighting = config.dlcl_weights
+        self.pre_norm = config.norm_position == "pre"
+        if self.weighting == "learned":
+            self.weights = nn.Parameter(self.initial_weights())
+        else:
+            self.register_buffer("weights", self.initial_weights(), persistent=False)
+        # Pre-norm: LN_k for k = 0..L. Post-norm: LN_c for c = 0..L-1; the stack output's is the final LayerNorm.
+        num_norms = (self.num_consumers if self.pre_norm else num_layers) if config.dlcl_layer_norm else 0
+        self.layer_norms = nn.ModuleList(nn.LayerNorm(config.d_model) for _ in range(num_norms))
+
+    def initial_weights(self) -> torch.Tensor:
+        """Row c holds 1/(c+1) (the average: "learned" starts there, "average" stays there) or 1 ("one")."""
+        rows = [torch.full((c + 1,), 1.0 if self.weighting == "one" else 1.0 / (c + 1)) for c in range(self.num_consumers)]
+        return torch.cat(rows)
+
+    def row(self, consumer: int) -> torch.Tensor:  # W[c, 0..c]
+        start = consumer * (consumer + 1) // 2
+        return self.weights[start : start + consumer + 1]
+
+    def weight_matrix(self) -> torch.Tensor:
+        """W as an (L+1) x (L+1) lower-triangular matrix: row = consumer, column = earlier layer."""
+        matrix = self.weights.new_zeros(self.num_consumers, self.num_consumers)
+        rows, columns = torch.tril_indices(self.num_consumers, self.num_consumers, device=self.weights.device)
+        matrix[rows, columns] = self.weights
+        return matrix
+
+    def remember(self, history: list[LayerState], state: LayerState) -> list[LayerState]:
+        if self.pre_norm and self.layer_norms:
+            state = LayerState(output=self.layer_norms[len(history)](state.output))  # LN_k(y_k), computed once
+        return [*history, state]
+
+    def forward(self, history: list[LayerState], consumer: int) -> LayerState:
+        # A running sum rather than stack-and-matmul: autograd then keeps no (c+1)-fold copy per consumer.
+        combined = sum(weight * entry.output for weight, entry in zip(self.row(consumer), history, strict=True))  # (B, T, d)
+        if not self.pre_norm and consumer < len(self.layer_norms):
+            combined = self.layer_norms[consumer](combined)
+        return LayerState(output=combined)
+
+
+DEPTH_CONNECTION_CLASSES["dlcl"] = DlclConnection
+
+
+class DlclWeightsMixin:
+    def dlcl_weight_matrices(self) -> dict[str, torch.Tensor]:
+        """{"encoder": (L_enc+1) x (L_enc+1), "decoder": (L_dec+1) x (L_dec+1)} lower-triangular weight
+        matrices (row = consumer: layer 1 .. L, then the stack output; column = y_0 .. y_L), on the CPU."""
+        stacks = {"encoder": self.get_encoder(), "decoder": self.get_decoder()}
+        return {name: stack.depth_connection.weight_matrix().detach().float().cpu() for name, stack in stacks.items()}
+
+
+class DlclModel(DlclWeightsMixin, ResidualTransformerModel):
+    config_class = DlclConfig
+
+
+class DlclForConditionalGeneration(DlclWeightsMixin, ResidualTransformerForConditionalGeneration):
+    config_class = DlclConfig
+    base_model_class = DlclModel
+
+
+def plot_dlcl_weights(matrices: dict[str, torch.Tensor], path: str | Path, mask_below: float = 0.0) -> Path:
+    """Draw each weight matrix of `dlcl_weight_matrices()` as a heatmap side by side (003 Fig. 5) and
+    save the figure as `path` (PNG). Entries with |w| < `mask_below` x the row's maximum |w| are left
+    blank (003 masks below 5%); entries above the diagonal are always blank. Needs matplotlib
+    (`pip install modeling-dwlstm[plot]`)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, no display
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise ImportError("plot_dlcl_weights needs matplotlib: pip install 'modeling-dwlstm[plot]'") from error
+    if not matrices:
+        raise ValueError("No weight matrices to plot; pass model.dlcl_weight_matrices().")
+    figure, axes = plt.subplots(1, len(matrices), figsize=(4.5 * len(matrices), 4), squeeze=False)
+    for axis, (name, matrix) in zip(axes[0], matrices.items()):
+        matrix = matrix.detach().float().cpu()
+        row_maximum = matrix.abs().amax(dim=1, keepdim=True)
+        hidden = torch.ones_like(matrix, dtype=torch.bool).triu(1) | (matrix.abs() < mask_below * row_maximum)
+        image = axis.imshow(matrix.masked_fill(hidden, float("nan")).numpy(), cmap="viridis")
+        consumers = matrix.shape[0]
+        axis.set_title(f"{name} ({consumers - 1} layers)")
+        axis.set_xlabel("earlier layer output y_k (0 = embeddings)")
+        axis.set_ylabel("consumer (layer l+1; last row: stack output)")
+        figure.colorbar(image, ax=axis, shrink=0.8)
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path, format="png", dpi=100)
+    plt.close(figure)
+    return path
+
+
+__all__ = ["DlclConnection", "DlclModel", "DlclForConditionalGeneration", "plot_dlcl_weights"]

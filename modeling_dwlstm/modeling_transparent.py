@@ -1,0 +1,61 @@
+"""Transparent attention (Bapna et al. 2018), the TA baseline of 001 Table 6.
+
+The residual Transformer (`modeling_residual`, post-norm by default) whose decoder layers each
+cross-attend over their own learned, softmax-weighted combination of all encoder layer outputs:
+
+    memory_i = sum_j softmax(s_i)_j e_j,     e_0 = embeddings, e_1 .. e_{L-1} layer outputs, e_L = encoder output
+
+The encoder returns the stacked e_j as `layer_outputs` of its `TranslationEncoderOutput` (a top-level
+tensor, so `generate()` expands it for beams); each decoder layer mixes them only while its
+cross-attention keys/values are not yet cached, i.e. once per generation.
+"""
+
+import torch
+from torch import nn
+
+from .configuration_dwlstm import TransparentAttentionConfig
+from .modeling_dwlstm import CROSS_ATTENTION_SOURCE_CLASSES, LayerCombination
+from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+
+
+class TransparentAttention(LayerCombination):
+    """Cross-attention source: `weights` (decoder_layers, encoder_layers + 1) are the scores s_i."""
+
+    reads_all_encoder_layers = True
+
+    def __init__(self, config: TransparentAttentionConfig):
+        super().__init__()
+        self.shape = (config.decoder_layers, config.encoder_layers + 1)
+        self.weights = nn.Parameter(self.initial_weights())
+
+    def initial_weights(self) -> torch.Tensor:
+        return torch.zeros(self.shape)  # softmax: every encoder layer weighted 1/(L+1)
+
+    def encoder_states(self, encoder_outputs) -> torch.Tensor:
+        layer_outputs = getattr(encoder_outputs, "layer_outputs", None)
+        if layer_outputs is None:
+            raise ValueError(
+                "Transparent attention reads every encoder layer: pass `encoder_outputs` as returned by this "
+                "model's encoder (`model.get_encoder()(...)`, a TranslationEncoderOutput with `layer_outputs`)."
+            )
+        return layer_outputs  # (B, S, L_enc+1, d)
+
+    def forward(self, encoder_states: torch.Tensor, layer_idx: int, past_key_values=None) -> torch.Tensor | None:
+        if past_key_values is not None and past_key_values.is_updated.get(layer_idx):
+            return None  # this layer's cross-attention keys/values are cached: the memory is not read again
+        return self.weights[layer_idx].softmax(-1) @ encoder_states  # (L+1,) @ (B, S, L+1, d) -> (B, S, d)
+
+
+CROSS_ATTENTION_SOURCE_CLASSES["transparent"] = TransparentAttention
+
+
+class TransparentAttentionModel(ResidualTransformerModel):
+    config_class = TransparentAttentionConfig
+
+
+class TransparentAttentionForConditionalGeneration(ResidualTransformerForConditionalGeneration):
+    config_class = TransparentAttentionConfig
+    base_model_class = TransparentAttentionModel
+
+
+__all__ = ["TransparentAttention", "TransparentAttentionModel", "TransparentAttentionForConditionalGeneration"]

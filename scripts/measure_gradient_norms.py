@@ -1,0 +1,68 @@
+"""Embedding-layer gradient norm of a deep post-norm residual Transformer vs post-norm DLCL (003 §5.1),
+in a short training run on Multi30k. Prints the norms over the run and writes them as JSON.
+
+    python scripts/measure_gradient_norms.py --data_dir ../shared/data/multi30k --steps 150
+"""
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+from modeling_dwlstm import DlclConfig, ResidualTransformerConfig
+from modeling_dwlstm.gradient_norms import compare_embedding_gradient_norms, translation_batches
+from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+
+
+def read_lines(path: Path, count: int) -> list[str]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; pass --data_dir pointing at the Multi30k files ({{split}}.{{lang}}.gz).")
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        return [line.rstrip("\n") for _, line in zip(range(count), lines)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data_dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k")
+    parser.add_argument("--source", default="en")
+    parser.add_argument("--target", default="de")
+    parser.add_argument("--sentences", type=int, default=4000)
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--encoder_layers", type=int, default=20)
+    parser.add_argument("--decoder_layers", type=int, default=6)
+    parser.add_argument("--d_model", type=int, default=64)
+    parser.add_argument("--learning_rate", type=float, default=2e-3)
+    parser.add_argument("--warmup_steps", type=int, default=50)
+    parser.add_argument("--output", type=Path, default=Path("gradient_norms.json"))
+    args = parser.parse_args()
+
+    sources = read_lines(args.data_dir / f"train.{args.source}.gz", args.sentences)
+    targets = read_lines(args.data_dir / f"train.{args.target}.gz", args.sentences)
+    tokenizer = train_joint_bpe_tokenizer(sources + targets, vocab_size=2000)
+    size = dict(
+        **tokenizer_model_kwargs(tokenizer), d_model=args.d_model, ffn_dim=4 * args.d_model, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers, dropout=0.1,
+    )
+    configs = {
+        "residual-postnorm": ResidualTransformerConfig(norm_position="post", **size),
+        "dlcl-postnorm": DlclConfig(norm_position="post", **size),
+    }
+    batches = translation_batches(tokenizer, list(zip(sources, targets)), args.batch_size, args.steps)
+    results = compare_embedding_gradient_norms(configs, batches, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
+    args.output.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"{args.encoder_layers}-layer encoder, {args.decoder_layers}-layer decoder, d_model {args.d_model}, "
+          f"{args.steps} steps of {args.batch_size} sentence pairs ({args.source}->{args.target})")
+    print("step  " + "  ".join(f"{name:>28}" for name in results))
+    for i in range(0, args.steps, max(1, args.steps // 10)):
+        print(f"{i + 1:4d}  " + "  ".join(
+            f"grad {r[i]['embedding_gradient_norm']:.2e} loss {r[i]['loss']:5.2f}".rjust(28) for r in results.values()
+        ))
+    for name, records in results.items():
+        norms = [r["embedding_gradient_norm"] for r in records]
+        print(f"{name}: mean embedding gradient norm {sum(norms) / len(norms):.3e} "
+              f"(first 10 steps {sum(norms[:10]) / 10:.3e}, last 10 {sum(norms[-10:]) / 10:.3e}), final loss {records[-1]['loss']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
