@@ -76,6 +76,8 @@ DEPTH_CONNECTION_CLASSES["dlcl"] = DlclConnection
 
 
 class DlclWeightsMixin:
+    """`dlcl_weight_matrices()` for both DLCL model classes."""
+
     def dlcl_weight_matrices(self) -> dict[str, torch.Tensor]:
         """{"encoder": (L_enc+1) x (L_enc+1), "decoder": (L_dec+1) x (L_dec+1)} lower-triangular weight
         matrices (row = consumer: layer 1 .. L, then the stack output; column = y_0 .. y_L), on the CPU."""

@@ -1,7 +1,7 @@
 """Embedding-layer gradient norm of a deep post-norm residual Transformer vs post-norm DLCL (003 §5.1),
 in a short training run on Multi30k. Prints the norms over the run and writes them as JSON.
 
-    python scripts/measure_gradient_norms.py --data_dir ../shared/data/multi30k --steps 150
+    python scripts/measure_gradient_norms.py --data_dir ../shared/data/multi30k --steps 80
 """
 
 import argparse
@@ -27,13 +27,13 @@ def main():
     parser.add_argument("--source", default="en")
     parser.add_argument("--target", default="de")
     parser.add_argument("--sentences", type=int, default=4000)
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--encoder_layers", type=int, default=20)
     parser.add_argument("--decoder_layers", type=int, default=6)
     parser.add_argument("--d_model", type=int, default=64)
     parser.add_argument("--learning_rate", type=float, default=2e-3)
-    parser.add_argument("--warmup_steps", type=int, default=50)
+    parser.add_argument("--warmup_steps", type=int, default=40)
     parser.add_argument("--output", type=Path, default=Path("gradient_norms.json"))
     args = parser.parse_args()
 
