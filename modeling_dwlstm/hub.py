@@ -164,8 +164,8 @@ def _results_lines(results: Mapping) -> list[str]:
     test_set = results.get("test_set") or "test set"
     split = f" ({results['split']})" if results.get("split") else ""
     lines = [
-        f"On {test_set}{split}, {results.get('sentences', '?')} sentences, beam {results.get('num_beams', '?')}, "
-        f"length penalty {results.get('length_penalty', '?')}:", "",
+        (f"On {test_set}{split}, {results.get('sentences', '?')} sentences, beam {results.get('num_beams', '?')}, "
+         f"length penalty {results.get('length_penalty', '?')}:"), "",
         "| metric | score |", "|---|---|",
         f"| sacreBLEU | {results['sacrebleu']} |",
     ]
