@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from transformers import (
     TrainerCallback,
     set_seed,
 )
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from .batching import TokenBatchSampler
 from .checkpoints import complete_checkpoints
@@ -140,6 +142,38 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
             dataset, batch_sampler=sampler, collate_fn=self.data_collator,
             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory,
         )
+
+
+    def _save_checkpoint(self, model, trial):
+        """Write ``checkpoint-N`` under ``output_dir/.incomplete/`` and rename it into place once every file
+        (weights, optimizer, scheduler, every rank's RNG state, trainer state) is written: a run killed while
+        saving leaves no half-written checkpoint where resuming or averaging would pick it up."""
+        run_dir = Path(super()._get_output_dir(trial))
+        staging_dir = run_dir / ".incomplete"
+        checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.args.should_save and staging_dir.exists():
+            shutil.rmtree(staging_dir)  # left by a run killed while saving
+        self.accelerator.wait_for_everyone()
+        self._staging_dir = staging_dir
+        try:
+            super()._save_checkpoint(model, trial)  # writes into staging_dir via _get_output_dir
+        finally:
+            self._staging_dir = None
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            if self.state.best_model_checkpoint == str(staging_dir / checkpoint):
+                self.state.best_model_checkpoint = str(run_dir / checkpoint)
+                self.state.save_to_json(str(staging_dir / checkpoint / "trainer_state.json"))
+            if (run_dir / checkpoint).exists():  # saved twice at one step: the newer copy wins
+                shutil.rmtree(run_dir / checkpoint)
+            (staging_dir / checkpoint).rename(run_dir / checkpoint)
+            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
+        self.accelerator.wait_for_everyone()
+
+    def _get_output_dir(self, trial) -> str:
+        staging_dir = getattr(self, "_staging_dir", None)
+        return str(staging_dir) if staging_dir is not None else super()._get_output_dir(trial)
 
 
 class EpochDataLoader(DataLoader):
@@ -250,9 +284,13 @@ def bleu_metric(tokenizer, target_lang: str):
     return compute
 
 
-def train_translation(model_args: ModelArguments, data_args: DataArguments,
-                      training_args: TranslationTrainingArguments) -> TokenBatchSeq2SeqTrainer:
-    """Train (or resume) a translation model and save it in `training_args.output_dir`; return the Trainer."""
+def train_translation(model_args: ModelArguments, data_args: DataArguments, training_args: TranslationTrainingArguments,
+                      callbacks: list[TrainerCallback] | None = None) -> TokenBatchSeq2SeqTrainer:
+    """Train (or resume) a translation model and save it in `training_args.output_dir`; return the Trainer.
+
+    The final model, tokenizer and generation config land in `output_dir`, checkpoints in its
+    ``checkpoint-N`` folders, a readable log in ``train.log``. `callbacks` are added to the Trainer's.
+    """
     if training_args.label_smoothing_factor:
         raise ValueError("Leave --label_smoothing_factor at 0: the model applies its config's `label_smoothing`"
                          " (0.1 by default); set it with --config_overrides label_smoothing=...")
@@ -284,7 +322,7 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments,
         model=model, args=training_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
         processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         compute_metrics=bleu_metric(tokenizer, data_args.target_lang) if data_args.validation_bleu else None,
-        callbacks=[ReadableLogCallback()], max_tokens=data_args.max_tokens,
+        callbacks=[ReadableLogCallback(), *(callbacks or [])], max_tokens=data_args.max_tokens,
     )
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model()
@@ -300,13 +338,15 @@ def _log_to_file(training_args: TranslationTrainingArguments):
     os.makedirs(training_args.output_dir, exist_ok=True)
     package_logger = logging.getLogger(__package__)
     package_logger.setLevel(logging.INFO)
-    log_file = os.path.abspath(os.path.join(training_args.output_dir, "train.log"))
-    if not any(getattr(handler, "baseFilename", None) == log_file for handler in package_logger.handlers):
-        handler = logging.FileHandler(log_file)
+    for handler in [h for h in package_logger.handlers if getattr(h, "is_training_log", False)]:
+        package_logger.removeHandler(handler)  # a previous run's log file, in the same process
+        handler.close()
+    file_handler = logging.FileHandler(os.path.join(training_args.output_dir, "train.log"))
+    stream_handler = logging.StreamHandler()
+    for handler in (file_handler, stream_handler):
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.is_training_log = True
         package_logger.addHandler(handler)
-    if not any(type(handler) is logging.StreamHandler for handler in package_logger.handlers):
-        package_logger.addHandler(logging.StreamHandler())
 
 
 def parse_training_arguments(args: list[str] | None = None):
