@@ -15,8 +15,9 @@
   own label-smoothed loss, so the Trainer's `label_smoothing_factor` stays 0), dropout from the config,
   no gradient clipping;
 - saves a checkpoint every 1,500 steps with optimizer, scheduler and RNG state, so that
-  ``resume_from_checkpoint`` ("last" or a path) continues a killed run exactly; a checkpoint counts only
-  once its ``trainer_state.json`` (written last) exists;
+  ``resume_from_checkpoint`` ("last" or a path) continues a killed run exactly (same weights as an
+  uninterrupted run); each checkpoint is written under ``output_dir/.incomplete/`` and renamed into place
+  when complete;
 - optionally reports validation loss and BLEU (`evaluation.score_translations`) every `eval_steps`;
 - saves the final model, tokenizer and generation config in `output_dir`.
 """
@@ -29,6 +30,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch.utils.data import DataLoader
 from transformers import (
     AutoConfig,
@@ -140,9 +142,9 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
         return EpochDataLoader(
             dataset, batch_sampler=sampler, collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory and torch.accelerator.is_available(),
         )
-
 
     def _save_checkpoint(self, model, trial):
         """Write ``checkpoint-N`` under ``output_dir/.incomplete/`` and rename it into place once every file
@@ -154,6 +156,8 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         if self.args.should_save and staging_dir.exists():
             shutil.rmtree(staging_dir)  # left by a run killed while saving
         self.accelerator.wait_for_everyone()
+        # The Trainer names the checkpoint folder after `_get_output_dir`; pointing it at the staging folder
+        # for the duration of this call is the one hook that does not copy the Trainer's saving code.
         self._staging_dir = staging_dir
         try:
             super()._save_checkpoint(model, trial)  # writes into staging_dir via _get_output_dir

@@ -82,6 +82,28 @@ def test_defaults_are_the_papers_recipe(tmp_path):
     assert gradient_accumulation_for(25_000, 4096, 1) == 7 and gradient_accumulation_for(25_000, 4096, 8) == 1
 
 
+def test_bad_training_arguments_raise_clear_errors(setup, tmp_path):
+    (tmp_path / "no-type.json").write_text(json.dumps({"d_model": 16}))
+    cases = [
+        ({"model": {"tokenizer_name_or_path": None}}, "needs --tokenizer_name_or_path"),
+        ({"model": {"model_name_or_path": str(tmp_path / "missing.json")}}, "does not exist"),
+        ({"model": {"model_name_or_path": str(tmp_path / "no-type.json")}}, "has no `model_type`"),
+        ({"model": {"config_overrides": "dropout=0.3,encoder_layer=3"}}, "encoder_layer"),
+        ({"training": {"label_smoothing_factor": 0.1}}, "Leave --label_smoothing_factor at 0"),
+        ({"data": {"validation_bleu": True}}, "--validation_bleu needs validation data"),
+        ({"data": {"max_tokens": 8}}, "more than `max_tokens`=8"),
+    ]
+    for number, (changes, message) in enumerate(cases):
+        model_args, data_args, training_args = arguments(setup, tmp_path / f"run{number}",
+                                                         **changes.get("training", {}))
+        for name, value in changes.get("model", {}).items():
+            setattr(model_args, name, value)
+        for name, value in changes.get("data", {}).items():
+            setattr(data_args, name, value)
+        with pytest.raises(ValueError, match=message):
+            train_translation(model_args, data_args, training_args)
+
+
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(setup, tmp_path):
     trainer = train_translation(*arguments(setup, tmp_path / "straight"))
     assert trainer.state.global_step == 7 and trainer.state.epoch > 1, "the run must cross an epoch boundary"
