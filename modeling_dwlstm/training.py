@@ -222,6 +222,9 @@ def build_model_and_tokenizer(model_args: ModelArguments, language_pair: str | N
         settings = json.loads(path.read_text())
         if "model_type" not in settings:
             raise ValueError(f"{path} has no `model_type`; it is not a model config (see hub_configs/).")
+        if settings.get("vocab_size", len(tokenizer)) != len(tokenizer):
+            logger.info("vocab_size %d of %s replaced by the tokenizer's %d.", settings["vocab_size"], path,
+                        len(tokenizer))
         config = AutoConfig.for_model(settings.pop("model_type"), **{**settings, **tokenizer_model_kwargs(tokenizer)})
         if model_args.config_overrides:
             config.update_from_string(model_args.config_overrides)

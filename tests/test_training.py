@@ -5,6 +5,7 @@ import importlib.util
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,13 @@ def arguments(setup, output_dir, **training):
     return model_args, data_args, TranslationTrainingArguments(**{**defaults, **training})
 
 
+def free_port() -> int:
+    """A port no other process listens on now (helpers and CI jobs may launch at the same time)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class KillAfterFirstCheckpoint(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         raise KeyboardInterrupt(f"killed after saving step {state.global_step}")
@@ -105,7 +113,10 @@ def test_bad_training_arguments_raise_clear_errors(setup, tmp_path):
 
 
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(setup, tmp_path):
-    trainer = train_translation(*arguments(setup, tmp_path / "straight"))
+    model_args, data_args, training_args = arguments(setup, tmp_path / "straight", gradient_accumulation_steps=1)
+    data_args.target_tokens_per_update = 320  # two batches of max_tokens=160: accumulate 2, like every run below
+    trainer = train_translation(model_args, data_args, training_args)
+    assert trainer.args.gradient_accumulation_steps == 2
     assert trainer.state.global_step == 7 and trainer.state.epoch > 1, "the run must cross an epoch boundary"
     log = (tmp_path / "straight" / "train.log").read_text()
     assert "step 7/7" in log and "loss" in log
@@ -154,7 +165,7 @@ def test_two_process_launch_trains_both_ranks_to_identical_weights(setup, tmp_pa
     driver.write_text(DRIVER)
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
         str(driver), "--model_name_or_path", str(setup / "tiny.json"), "--tokenizer_name_or_path",
         str(setup / "tokenizer"), "--dataset", str(MULTI30K), "--source_lang", "en", "--target_lang", "de",
         "--max_train_pairs", "60", "--max_tokens", "320", "--max_steps", "6", "--warmup_steps", "2",
