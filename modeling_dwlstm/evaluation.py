@@ -89,14 +89,17 @@ def translate_sentences(
     if tag_id is not None:
         encoded = [ids if ids[:1] == [tag_id] else [tag_id, *ids] for ids in encoded]
     hypotheses: list[str] = [""] * len(sources)
+    # Lengths go to generate() as `max_length` (decoder start + new tokens), since `max_new_tokens` next to
+    # the model's own `max_length` makes transformers warn on every batch; positions stop at the model's limit.
+    max_new_tokens = generate_kwargs.pop("max_new_tokens", None)
+    position_limit = getattr(model.config, "max_position_embeddings", None) or float("inf")
     model.eval()
     with torch.inference_mode():
         for batch in length_sorted_batches([len(ids) for ids in encoded], max_tokens):
             inputs = tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, return_tensors="pt").to(model.device)
-            settings = {"max_new_tokens": inputs["input_ids"].shape[1] + EXTRA_LENGTH, **generate_kwargs}
-            output_ids = model.generate(
-                **inputs, num_beams=num_beams, length_penalty=length_penalty, **settings
-            )
+            new_tokens = inputs["input_ids"].shape[1] + EXTRA_LENGTH if max_new_tokens is None else max_new_tokens
+            settings = {"max_length": int(min(1 + new_tokens, position_limit)), **generate_kwargs}
+            output_ids = model.generate(**inputs, num_beams=num_beams, length_penalty=length_penalty, **settings)
             for index, text in zip(batch, tokenizer.batch_decode(output_ids, skip_special_tokens=True)):
                 hypotheses[index] = text.strip()
     return Translations(hypotheses=hypotheses, seconds=time.perf_counter() - start)

@@ -24,6 +24,8 @@ from modeling_dwlstm.tokenization_dwlstm import (
     train_joint_bpe_tokenizer,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 DECODE = {"num_beams": 2, "max_new_tokens": 8}
 SCRIPT_DECODE = {**DECODE, "max_tokens": 20}  # the same, in several batches
 

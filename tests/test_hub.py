@@ -21,6 +21,8 @@ from modeling_dwlstm.tokenization_dwlstm import (
     train_joint_bpe_tokenizer,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 DECODE = {"num_beams": 2, "max_new_tokens": 6}
 RESULTS = {
     "test_set": "quickstart/test", "sentences": 300, "num_beams": 4, "length_penalty": 1.0, "sacrebleu": 61.23,
@@ -116,7 +118,8 @@ def test_push_then_pull_without_the_package_gives_the_same_model_and_translation
         config = json.loads(hub.repos["user/tiny-dwlstm"]["config.json"])
         assert "AutoModelForSeq2SeqLM" in config["auto_map"] and "translation" in config["custom_pipelines"]
 
-        env.update(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf"), HF_MODULES_CACHE=str(tmp_path / "modules"))
+        env.update(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf"), HF_MODULES_CACHE=str(tmp_path / "modules"),
+                   OMP_NUM_THREADS="1")
         result = subprocess.run(
             [sys.executable, "-c", PULL_SCRIPT, "user/tiny-dwlstm", json.dumps(sentences), json.dumps(DECODE)],
             check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
