@@ -36,7 +36,7 @@ from .training import (
 
 logger = logging.getLogger(__name__)
 
-# A small depth-wise LSTM model: 3 + 3 layers of width 128 train in about two minutes on 2 CPU cores.
+# A small depth-wise LSTM model: 3 + 3 layers of width 128, 400 steps take about 1.5 minutes on 2 CPU cores.
 QUICKSTART_MODEL = {
     "model_type": "dwlstm", "d_model": 128, "ffn_dim": 256, "encoder_layers": 3, "decoder_layers": 3,
     "encoder_attention_heads": 4, "decoder_attention_heads": 4, "dropout": 0.1, "attention_dropout": 0.0,
@@ -57,7 +57,7 @@ class QuickstartSettings:
     valid_pairs: int = 200
     test_pairs: int = 200
     merges: int = 300
-    max_steps: int = 600
+    max_steps: int = 400
     warmup_steps: int = 100
     learning_rate: float = 2e-3
     max_tokens: int = 1024
@@ -98,7 +98,7 @@ def run_quickstart(output_dir: str | Path, settings: QuickstartSettings | None =
     training_args = TranslationTrainingArguments(
         output_dir=str(run_dir), max_steps=settings.max_steps, warmup_steps=settings.warmup_steps,
         learning_rate=settings.learning_rate, save_strategy="no", logging_steps=max(1, settings.max_steps // 10),
-        eval_strategy="steps", eval_steps=max(1, settings.max_steps // 2), per_device_eval_batch_size=64,
+        eval_strategy="steps", eval_steps=max(1, settings.max_steps // 2), eval_on_start=True, per_device_eval_batch_size=64,
         seed=settings.seed, use_cpu=True, dataloader_num_workers=0, report_to="none",
     )
     data_args = DataArguments(dataset=str(data_dir), source_lang=SOURCE_LANG, target_lang=TARGET_LANG,

@@ -82,7 +82,7 @@ def test_short_quickstart_runs_every_step(tmp_path):
         assert (out / "model" / name).is_file(), name
     assert json.loads((out / "summary.json").read_text(encoding="utf-8")) == summary
     losses = summary["validation_loss"]
-    assert len(losses) == 2 and losses[-1] < losses[0]
+    assert len(losses) == 3 and losses[-1] < losses[0]  # before training, halfway, at the end
     assert summary["untrained"]["sentences"] == summary["trained"]["sentences"] == 20
     assert [record["source"] for record in summary["pipeline"]] == [
         "The old teacher found a red ball.", "Today the children see the small horses.",
