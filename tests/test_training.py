@@ -35,15 +35,7 @@ TINY_MODEL = {
     "model_type": "dwlstm", "d_model": 16, "ffn_dim": 32, "encoder_layers": 2, "decoder_layers": 2,
     "encoder_attention_heads": 2, "decoder_attention_heads": 2, "dropout": 0.1, "max_position_embeddings": 128,
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models on a shared 2-core machine: several OpenMP threads only wait for each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models on a shared 2-core machine
 
 
 @pytest.fixture(scope="module")
