@@ -69,15 +69,15 @@ def translate_sentences(
     num_beams: int = 4,
     length_penalty: float = 1.0,
     max_tokens: int = DEFAULT_MAX_TOKENS,
-    target_lang: str | None = None,
+    language_tag: str | None = None,
     **generate_kwargs,
 ) -> Translations:
     """Translate `sources` with beam search in length-sorted, token-bounded batches.
 
     `length_penalty` is transformers' exponent: beams are ranked by log-probability / length**penalty
-    (the papers' 0.6 refers to GNMT's ((5 + length) / 6)**alpha, a different formula). When
-    `target_lang` is given and the tokenizer has a tag such as `<2de>` for it, the tag is put in front
-    of every source, as for the multilingual models. Hypotheses may be `EXTRA_LENGTH` tokens longer
+    (the papers' 0.6 refers to GNMT's ((5 + length) / 6)**alpha, a different formula). `language_tag`
+    (a language code, e.g. "de") puts the tokenizer's `<2de>` in front of every source, for models
+    trained with tags (`--add_language_tag`, the multilingual models); it must be a reserved token. Hypotheses may be `EXTRA_LENGTH` tokens longer
     than the longest source of their batch unless `max_new_tokens` is passed; other `generate_kwargs`
     go to `model.generate()`. The timing covers tokenization, decoding and detokenization.
     """
@@ -85,7 +85,7 @@ def translate_sentences(
         raise ValueError("`sources` must be a list of strings, one sentence each.")
     start = time.perf_counter()
     encoded = tokenizer(list(sources), add_special_tokens=True)["input_ids"]
-    tag_id = _language_tag_id(tokenizer, target_lang)
+    tag_id = _language_tag_id(tokenizer, language_tag)
     if tag_id is not None:
         encoded = [ids if ids[:1] == [tag_id] else [tag_id, *ids] for ids in encoded]
     hypotheses: list[str] = [""] * len(sources)
@@ -204,6 +204,8 @@ class EvaluationArguments:
     )
     bootstrap_samples: int = field(default=1000, metadata={"help": "Resamples of the paired bootstrap test."})
     device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
+    add_language_tag: bool = field(default=False, metadata={
+        "help": "Prefix sources with the <2xx> target tag (models trained with --add_language_tag)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Load a model whose code is not installed."})
 
 
@@ -224,7 +226,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     model.to(args.device)
     translations = translate_sentences(
         model, tokenizer, sources, num_beams=args.num_beams, length_penalty=args.length_penalty,
-        max_tokens=args.max_tokens, target_lang=args.target_lang,
+        max_tokens=args.max_tokens, language_tag=args.target_lang if args.add_language_tag else None,
         **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}),
     )
     results = {
@@ -235,6 +237,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
         "target_lang": args.target_lang,
         "num_beams": args.num_beams,
         "length_penalty": args.length_penalty,
+        "language_tag": args.add_language_tag,
         "max_tokens": args.max_tokens,
         **score_translations(translations.hypotheses, references, args.target_lang),
         "seconds": round(translations.seconds, 3),
@@ -303,7 +306,10 @@ def _language_tag_id(tokenizer, language: str | None) -> int | None:
     if language is None:
         return None
     tag_id = tokenizer.convert_tokens_to_ids(f"<2{language}>")
-    return None if tag_id is None or tag_id == tokenizer.unk_token_id else tag_id
+    if tag_id is None or tag_id == tokenizer.unk_token_id:
+        raise ValueError(f"The tokenizer has no language tag '<2{language}>': tags are only for models trained "
+                         "with them (--add_language_tag); leave the tag out otherwise.")
+    return tag_id
 
 
 def _check_parallel(hypotheses: Sequence[str], references: Sequence[str], name: str, other: str) -> None:

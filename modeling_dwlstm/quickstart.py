@@ -82,7 +82,8 @@ def run_quickstart(output_dir: str | Path, settings: QuickstartSettings | None =
     sources, references = [pair[SOURCE_LANG] for pair in test], [pair[TARGET_LANG] for pair in test]
 
     train = load_parallel_corpus(data_dir, SOURCE_LANG, TARGET_LANG, "train")
-    tokenizer = train_corpus_tokenizer([train], [SOURCE_LANG, TARGET_LANG], merges=settings.merges,
+    # One direction, no language tags (a tag the model never saw in training would only confuse it).
+    tokenizer = train_corpus_tokenizer([train], [SOURCE_LANG, TARGET_LANG], merges=settings.merges, language_tags=[],
                                        model_max_length=settings.model["max_position_embeddings"])
     tokenizer.save_pretrained(output_dir / "tokenizer")
     config_file = output_dir / "model-config.json"

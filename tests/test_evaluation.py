@@ -80,16 +80,18 @@ def test_translations_come_back_in_input_order_whatever_the_batching(model, toke
         assert translations.seconds > 0 and translations.sentences_per_second > 0
 
 
-def test_target_language_tag_is_prepended_once(model, tokenizer, pairs):
+def test_language_tag_is_prepended_once_when_asked(model, tokenizer, pairs):
     sources = [english for english, _ in pairs[:3]]
     tag = tokenizer.convert_tokens_to_ids("<2de>")
     expected = [generate_one(model, tokenizer, [tag] + tokenizer(source)["input_ids"]) for source in sources]
-    assert translate_sentences(model, tokenizer, sources, target_lang="de", **DECODE).hypotheses == expected
+    assert translate_sentences(model, tokenizer, sources, language_tag="de", **DECODE).hypotheses == expected
     tagged = ["<2de> " + source for source in sources]
-    assert translate_sentences(model, tokenizer, tagged, target_lang="de", **DECODE).hypotheses == expected
-    # A language without a tag in the vocabulary adds nothing.
+    assert translate_sentences(model, tokenizer, tagged, language_tag="de", **DECODE).hypotheses == expected
     plain = [generate_one(model, tokenizer, tokenizer(source)["input_ids"]) for source in sources]
-    assert translate_sentences(model, tokenizer, sources, target_lang="fr", **DECODE).hypotheses == plain
+    assert plain != expected  # so the tag matters
+    assert translate_sentences(model, tokenizer, sources, **DECODE).hypotheses == plain  # no tag unless asked
+    with pytest.raises(ValueError, match="no language tag '<2fr>'"):
+        translate_sentences(model, tokenizer, sources, language_tag="fr", **DECODE)
 
 
 def test_scores_match_sacrebleu_and_the_tokenized_bleu_splits_compounds():
@@ -154,19 +156,20 @@ def test_run_evaluation_writes_hypotheses_and_json(model, tokenizer, pairs, tmp_
     baseline.write_text("".join(german + "\n" for _, german in test), encoding="utf-8")
     args = EvaluationArguments(
         model=str(tmp_path / "model"), output_dir=str(tmp_path / "eval"), data=str(tmp_path), split="test",
-        source_lang="en", target_lang="de", baseline_hypotheses=str(baseline), bootstrap_samples=20, **SCRIPT_DECODE,
+        source_lang="en", target_lang="de", add_language_tag=True, baseline_hypotheses=str(baseline),
+        bootstrap_samples=20, **SCRIPT_DECODE,
     )
     results = run_evaluation(args)
     hypotheses = (tmp_path / "eval" / "hypotheses.txt").read_text(encoding="utf-8").splitlines()
     sources = [english for english, _ in test]
-    assert hypotheses == translate_sentences(model, tokenizer, sources, target_lang="de", **DECODE).hypotheses
+    assert hypotheses == translate_sentences(model, tokenizer, sources, language_tag="de", **DECODE).hypotheses
     assert json.loads((tmp_path / "eval" / "results.json").read_text(encoding="utf-8")) == results
     assert results["sentences"] == 4 and results["sentences_per_second"] > 0
     assert results["paired_bootstrap"]["p_value"] == 1.0  # the references as "baseline" always win
     # The same test set given as two files.
     files = EvaluationArguments(
         model=str(tmp_path / "model"), output_dir=str(tmp_path / "eval2"), source_file=str(tmp_path / "test.en"),
-        reference_file=str(tmp_path / "test.de"), target_lang="de", **SCRIPT_DECODE,
+        reference_file=str(tmp_path / "test.de"), target_lang="de", add_language_tag=True, **SCRIPT_DECODE,
     )
     assert run_evaluation(files)["sacrebleu"] == results["sacrebleu"]
 
