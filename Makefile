@@ -1,11 +1,12 @@
-# `make test`: create .venv (reused when present), install the package with its test extras, run the suite.
+# `make quickstart`: create .venv (reused when present), install the package, train and use a small model (~3 min).
+# `make test`: the same .venv and installation, then the test suite.
 # torch is pinned to the CPU build these machines keep on disk; an unpinned torch pulls a multi-GB CUDA build.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install test clean
+.PHONY: install quickstart test clean
 
 install: $(STAMP)
 
@@ -16,8 +17,11 @@ $(STAMP): setup.cfg pyproject.toml
 	$(VENV)/bin/python -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
+quickstart: $(STAMP)
+	$(VENV)/bin/python scripts/quickstart.py --output_dir quickstart-output --overwrite
+
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q tests
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info quickstart-output

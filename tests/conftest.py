@@ -96,6 +96,16 @@ def random_ids(batch: int, length: int, seed: int = 1, low: int = 3, high: int =
     return torch.randint(low, high, (batch, length), generator=generator)
 
 
+@pytest.fixture
+def one_thread():
+    """Small models on a shared 2-core machine: several OpenMP threads only wait for each other (several
+    times slower under load). Use with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(params=sorted(CASES))
 def case(request):
     return request.param

@@ -1,0 +1,313 @@
+"""Parallel corpora for the translation models, from any source, in the Hub's translation schema.
+
+`load_parallel_corpus` returns a `datasets.Dataset` with one column, ``translation``, each row
+``{source_lang: "...", target_lang: "..."}`` (the schema of the Hub's wmt14 / wmt15 / opus-100), read from
+
+- a Hub dataset: ``"wmt14"`` (de-en, fr-en), ``"wmt15"`` (cs-en), ``"opus100"`` (any xx-en pair), or any
+  other Hub id with that schema (``hub_config`` names its configuration);
+- a local folder of aligned text files ``{split}.{lang}`` or ``{split}.{lang}.gz``, one sentence per line
+  (the layout of Multi30k: ``train.en.gz``, ``val.de.gz``, ``test_2016_flickr.fr.gz``, ...);
+- a JSON-lines file, one pair per line, either ``{"translation": {"en": ..., "de": ...}}`` or ``{"en": ..., "de": ...}``.
+
+Splits of the papers (SPEC §5) and what the Hub offers: WMT14 En-De / En-Fr train on ``train``, validate
+on newstest2012+2013 and test on newstest2014; the Hub's ``validation`` split is newstest2013 alone and
+its ``test`` split newstest2014. WMT15 Cs-En validates on newstest2013 (the Hub's ``validation`` is
+newstest2014) and tests on newstest2015 (``test``). Ask for ``"validation"`` to get the Hub's split; for
+the exact papers' validation sets use a local folder.
+
+Local files are checked strictly, since a silent misalignment ruins a model: mismatched line counts,
+empty sides, missing languages and unreadable files raise a ValueError naming the file and the line.
+Hub datasets cannot be fixed by the user, so their (few) empty pairs are dropped and counted in the log.
+
+`tokenize_pairs` turns the pairs into ``input_ids`` / ``labels`` and drops the pairs longer than
+`max_length` subword tokens on either side (256 in the papers), logging how many.
+"""
+
+import gzip
+import json
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import datasets
+
+logger = logging.getLogger(__name__)
+
+LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:_[A-Za-z0-9]+)*")  # en, yue, zh_Hant: as the tokenizer's <2xx> tags
+JSON_LINES_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
+
+# Short names of the papers' corpora -> (Hub repository, how its configurations are named).
+HUB_CORPORA = {
+    "wmt14": ("wmt/wmt14", "xx-en"),
+    "wmt15": ("wmt/wmt15", "xx-en"),
+    "opus100": ("Helsinki-NLP/opus-100", "sorted"),
+}
+
+
+def load_parallel_corpus(
+    source: str | Path,
+    source_lang: str,
+    target_lang: str,
+    split: str = "train",
+    max_pairs: int | None = None,
+    hub_config: str | None = None,
+) -> datasets.Dataset:
+    """Load the `split` pairs of `source` as a Dataset with a ``translation`` column (see the module docstring).
+
+    Args:
+        source: a Hub name ("wmt14", "wmt15", "opus100" or a Hub id), a folder of ``{split}.{lang}[.gz]``
+            files, or a JSON-lines file (``.jsonl`` / ``.json``, optionally gzipped; `split` is then unused).
+        source_lang / target_lang: language codes such as "en", "de".
+        split: "train", "validation", "test" on the Hub; the file prefix in a folder ("train", "val", ...).
+        max_pairs: keep only the first `max_pairs` pairs (quick experiments, tests).
+        hub_config: the Hub configuration, when the default ("de-en" for WMT, the sorted pair for
+            OPUS-100 and other ids) is not the right one.
+    """
+    for name, language in (("source_lang", source_lang), ("target_lang", target_lang)):
+        if not isinstance(language, str) or not LANGUAGE_CODE.fullmatch(language):
+            raise ValueError(f"`{name}` must be a language code such as 'en' or 'de', got {language!r}.")
+    if source_lang == target_lang:
+        raise ValueError(f"`source_lang` and `target_lang` are both {source_lang!r}; they must differ.")
+    if max_pairs is not None and (isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1):
+        raise ValueError(f"`max_pairs` must be a positive integer or None, got {max_pairs!r}.")
+    path = Path(source)
+    languages = (source_lang, target_lang)
+    if path.is_dir():
+        pairs = _read_folder(path, split, languages, max_pairs)
+    elif path.is_file() or str(source).endswith(JSON_LINES_SUFFIXES):
+        pairs = _read_json_lines(path, languages, max_pairs)
+    else:
+        return _load_hub_corpus(str(source), languages, split, max_pairs, hub_config)
+    return pairs_to_dataset(pairs, languages)
+
+
+def pairs_to_dataset(pairs: list[dict[str, str]], languages: tuple[str, str]) -> datasets.Dataset:
+    """A Dataset with the Hub's schema: ``translation: Translation(languages=[source, target])``."""
+    features = datasets.Features({"translation": datasets.Translation(languages=list(languages))})
+    return datasets.Dataset.from_dict({"translation": pairs}, features=features)
+
+
+def tokenize_pairs(
+    dataset: datasets.Dataset,
+    tokenizer,
+    source_lang: str,
+    target_lang: str,
+    max_length: int | None = 256,
+    add_language_tag: bool = False,
+    num_proc: int | None = None,
+) -> datasets.Dataset:
+    """Tokenize the pairs into ``input_ids``, ``attention_mask`` and ``labels``, dropping long pairs.
+
+    A pair is dropped when either side has more than `max_length` tokens (``</s>`` included); the count
+    is logged. `add_language_tag` puts the target-language tag ``<2xx>`` in front of the source, as the
+    multilingual models of 001 §3.5 need (the tokenizer must have the tag as a special token).
+    """
+    prefix = f"<2{target_lang}> " if add_language_tag else ""
+    if add_language_tag and prefix.strip() not in tokenizer.get_vocab():
+        raise ValueError(f"The tokenizer has no language tag {prefix.strip()!r}: train it with that tag reserved.")
+
+    def encode(batch):
+        sources = [prefix + pair[source_lang] for pair in batch["translation"]]
+        targets = [pair[target_lang] for pair in batch["translation"]]
+        return tokenizer(sources, text_target=targets)
+
+    tokenized = dataset.map(encode, batched=True, remove_columns=dataset.column_names, num_proc=num_proc,
+                            desc="Tokenizing")
+    return filter_long_pairs(tokenized, max_length, num_proc=num_proc)
+
+
+def filter_long_pairs(dataset: datasets.Dataset, max_length: int | None = 256, num_proc: int | None = None):
+    """Drop tokenized pairs with more than `max_length` tokens on either side; log how many were dropped."""
+    if max_length is None:
+        return dataset
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise ValueError(f"`max_length` must be a positive integer or None, got {max_length!r}.")
+    kept = dataset.filter(
+        lambda pair: len(pair["input_ids"]) <= max_length and len(pair["labels"]) <= max_length,
+        num_proc=num_proc, desc=f"Dropping pairs longer than {max_length} tokens",
+    )
+    dropped = len(dataset) - len(kept)
+    logger.info("Dropped %d of %d pairs longer than %d tokens on a side (%d kept).", dropped, len(dataset),
+                max_length, len(kept))
+    if len(kept) == 0:
+        raise ValueError(f"Every one of the {len(dataset)} pairs is longer than `max_length`={max_length} tokens.")
+    return kept
+
+
+def train_corpus_tokenizer(
+    corpora: Sequence[datasets.Dataset],
+    languages: Sequence[str],
+    merges: int = 32000,
+    language_tags: Sequence[str] | None = None,
+    min_frequency: int = 2,
+    model_max_length: int = 1024,
+):
+    """A joint BPE (`tokenization_dwlstm.train_joint_bpe_tokenizer`) with `merges` merges over both sides.
+
+    The papers give BPE sizes in merges (32k); the trainer counts special tokens and the alphabet too, so
+    the vocabulary size is set to specials + characters of the corpus + `merges` (fewer merges result
+    when fewer pairs than that occur `min_frequency` times). `language_tags` default to ``<2xx>`` for each
+    of `languages`, reserved as special tokens with fixed ids.
+    """
+    from .tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
+
+    if isinstance(merges, bool) or not isinstance(merges, int) or merges < 1:
+        raise ValueError(f"`merges` must be a positive integer, got {merges!r}.")
+    language_tags = [f"<2{language}>" for language in languages] if language_tags is None else list(language_tags)
+    alphabet = {"\u2581"}  # Metaspace turns spaces into "▁"
+    for sentence in corpus_sentences(corpora, languages):
+        alphabet.update(sentence)
+    alphabet.discard(" ")
+    vocab_size = len(SPECIAL_TOKENS) + len(language_tags) + len(alphabet) + merges
+    return train_joint_bpe_tokenizer(corpus_sentences(corpora, languages), vocab_size, language_tags,
+                                     min_frequency=min_frequency, model_max_length=model_max_length)
+
+
+def corpus_sentences(corpora: Sequence[datasets.Dataset], languages: Sequence[str]) -> Iterator[str]:
+    """Every sentence of every language of the ``translation`` column of `corpora`."""
+    for corpus in corpora:
+        for batch in corpus.iter(batch_size=10_000):
+            for pair in batch["translation"]:
+                yield from (pair[language] for language in languages if language in pair)
+
+
+# --- Local folders --------------------------------------------------------------------------------------------
+
+
+def _read_folder(folder: Path, split: str, languages: tuple[str, str], max_pairs: int | None) -> list[dict]:
+    source_path, target_path = (_text_file(folder, split, language) for language in languages)
+    pairs = []
+    source_lines, target_lines = _numbered_lines(source_path), _numbered_lines(target_path)
+    for (number, source_text), (_, target_text) in _aligned(source_lines, target_lines, source_path, target_path):
+        for path, text in ((source_path, source_text), (target_path, target_text)):
+            if not text.strip():
+                raise ValueError(f"{path}, line {number}: the sentence is empty. Remove the pair from both files.")
+        pairs.append({languages[0]: source_text, languages[1]: target_text})
+        if len(pairs) == max_pairs:
+            break
+    if not pairs:
+        raise ValueError(f"{source_path} and {target_path} hold no sentence pairs.")
+    return pairs
+
+
+def _text_file(folder: Path, split: str, language: str) -> Path:
+    for name in (f"{split}.{language}", f"{split}.{language}.gz"):
+        if (folder / name).is_file():
+            return folder / name
+    files = sorted(path.name for path in folder.iterdir() if path.is_file())
+    found = sorted({name.removesuffix(".gz").rsplit(".", 1)[-1] for name in files if name.startswith(f"{split}.")})
+    splits = sorted({name.split(".")[0] for name in files if name.count(".") >= 1})
+    if found:
+        raise ValueError(f"Unknown language {language!r} for split {split!r} in {folder}: no {split}.{language}[.gz]; "
+                         f"that split has the languages {found}.")
+    raise ValueError(f"No split {split!r} in {folder}: no {split}.{language}[.gz]; the folder has the splits {splits}.")
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number from 1, text without the newline); unreadable files raise a ValueError naming the line.
+
+    Lines are decoded one by one (not by a buffered text reader) so that a decoding error names its own line.
+    """
+    number = 0
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as lines:
+            for number, line in enumerate(lines, start=1):
+                yield number, line.decode("utf-8").rstrip("\n").rstrip("\r")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}, line {number}: not valid UTF-8 ({error.reason}).") from error
+    except (OSError, EOFError) as error:  # permissions, a truncated or non-gzip .gz file
+        raise ValueError(f"{path}: cannot be read after line {number} ({error}).") from error
+
+
+def _aligned(source_lines, target_lines, source_path: Path, target_path: Path):
+    """Zip the two files, raising where one ends before the other."""
+    sentinel = (None, None)
+    while True:
+        source, target = next(source_lines, sentinel), next(target_lines, sentinel)
+        if source is sentinel and target is sentinel:
+            return
+        if source is sentinel or target is sentinel:
+            short, long_, line = (source_path, target_path, target[0]) if source is sentinel else (
+                target_path, source_path, source[0])
+            raise ValueError(f"Line counts differ: {short} ends before line {line}, but {long_} has a line {line}. "
+                             "The files must hold the same number of lines, one sentence pair per line.")
+        yield source, target
+
+
+# --- JSON lines ----------------------------------------------------------------------------------------------
+
+
+def _read_json_lines(path: Path, languages: tuple[str, str], max_pairs: int | None) -> list[dict]:
+    pairs = []
+    for number, line in _numbered_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}).") from error
+        record = record.get("translation", record) if isinstance(record, dict) else record
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}, line {number}: expected an object like "
+                             f'{{"translation": {{"{languages[0]}": ..., "{languages[1]}": ...}}}}.')
+        for language in languages:
+            text = record.get(language)
+            if language not in record:
+                raise ValueError(f"{path}, line {number}: no {language!r} side (unknown language?); "
+                                 f"the line has {sorted(record)}.")
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"{path}, line {number}: the {language!r} side is empty or not a string.")
+        pairs.append({language: record[language] for language in languages})
+        if len(pairs) == max_pairs:
+            break
+    if not pairs:
+        raise ValueError(f"{path} holds no sentence pairs.")
+    return pairs
+
+
+# --- The Hub ---------------------------------------------------------------------------------------------------
+
+
+def hub_corpus_location(name: str, languages: tuple[str, str], hub_config: str | None = None) -> tuple[str, str]:
+    """(repository id, configuration) of a Hub corpus, e.g. ("wmt/wmt14", "de-en") for wmt14 en->de."""
+    repository, naming = HUB_CORPORA.get(name.lower().replace("-", ""), (name, "sorted"))
+    if hub_config is not None:
+        return repository, hub_config
+    if naming == "xx-en":
+        if "en" not in languages:
+            raise ValueError(f"{name} pairs English with another language; got {languages[0]}-{languages[1]}.")
+        other = languages[1] if languages[0] == "en" else languages[0]
+        return repository, f"{other}-en"
+    return repository, "-".join(sorted(languages))
+
+
+def _load_hub_corpus(name: str, languages: tuple[str, str], split: str, max_pairs: int | None,
+                     hub_config: str | None) -> datasets.Dataset:
+    repository, config = hub_corpus_location(name, languages, hub_config)
+    try:
+        dataset = datasets.load_dataset(repository, config, split=split)
+    except ValueError as error:  # unknown split or configuration
+        raise ValueError(f"Cannot load split {split!r} of {repository} ({config}): {error}") from error
+    except (OSError, ConnectionError) as error:
+        raise ValueError(f"{name!r} is neither a local folder, a JSON-lines file nor a reachable Hub dataset "
+                         f"({repository}, configuration {config}): {error}") from error
+    if "translation" not in dataset.column_names:
+        raise ValueError(f"{repository} ({config}) has no `translation` column; its columns: {dataset.column_names}.")
+    available = getattr(dataset.features["translation"], "languages", None)
+    missing = [language for language in languages if available is not None and language not in available]
+    if missing:
+        raise ValueError(f"Unknown language {missing[0]!r} for {repository} ({config}): it has {list(available)}.")
+    if max_pairs is not None:
+        dataset = dataset.select(range(min(max_pairs, len(dataset))))
+    dataset = dataset.select_columns(["translation"])
+    kept = dataset.filter(lambda row: all(row["translation"][language].strip() for language in languages),
+                          desc="Dropping pairs with an empty side")
+    if len(kept) < len(dataset):
+        logger.info("Dropped %d of %d pairs of %s (%s, %s) with an empty side.", len(dataset) - len(kept),
+                    len(dataset), repository, config, split)
+    return kept
+
+__all__ = ["load_parallel_corpus", "tokenize_pairs", "filter_long_pairs", "pairs_to_dataset", "hub_corpus_location",
+           "train_corpus_tokenizer", "corpus_sentences"]

@@ -1,0 +1,351 @@
+"""Evaluate translation models as the papers do (SPEC §5): beam search, BLEU, chrF, speed, significance.
+
+- `translate_sentences` decodes with beam search (beam 4 by default) in batches of sentences of similar
+  length, each batch bounded by a number of source tokens (padding included), and returns the
+  hypotheses in input order with the decoding speed in sentences per second (the papers' speed
+  measure: the test set sorted by source length).
+- `score_translations` reports sacreBLEU with its signature (detokenized, the comparable number),
+  the papers' "tokenized case-sensitive BLEU", and chrF.
+- `paired_bootstrap` is Koehn (2004)'s paired bootstrap resampling between two systems.
+
+"Tokenized BLEU" here is what `multi-bleu.perl` computes on tokenized text, the number Xu et al.
+and Vaswani et al. report: both sides are tokenized with the mteval-v13a rules (sacreBLEU's `13a`,
+Moses-like punctuation splitting), hyphenated compounds are split as in tensor2tensor's
+`get_ende_bleu.sh` ("a-b" -> "a ##AT##-##AT## b"), and BLEU is computed on whitespace tokens
+(sacreBLEU `tokenize="none"`). It is case-sensitive. It can differ from multi-bleu on Moses-tokenized
+text by a few tenths; report the sacreBLEU number with its signature for comparisons across papers.
+"""
+
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+from .batching import pack_by_tokens
+
+DEFAULT_MAX_TOKENS = 4096  # source tokens per decoding batch, padding included
+EXTRA_LENGTH = 50  # a hypothesis may be this many tokens longer than the longest source in its batch
+_COMPOUND = re.compile(r"(\S)-(\S)")
+_tokenize_13a = Tokenizer13a()
+
+
+@dataclass
+class Translations:
+    """Hypotheses in the order of the sources, and how long decoding took."""
+
+    hypotheses: list[str]
+    seconds: float
+
+    @property
+    def sentences_per_second(self) -> float:
+        return len(self.hypotheses) / self.seconds if self.seconds > 0 else float("inf")
+
+
+def length_sorted_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length with at most `max_tokens` tokens, padding included.
+
+    Sentences are sorted by length (stable, so ties keep their order); a batch holds as many
+    consecutive sentences as fit `len(batch) * longest <= max_tokens`. A sentence longer than
+    `max_tokens` alone gets a batch of its own rather than being dropped.
+    """
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"`max_tokens` must be a positive integer, got {max_tokens!r}.")
+    return pack_by_tokens(sorted(range(len(lengths)), key=lambda i: lengths[i]), lengths, max_tokens)
+
+
+def translate_sentences(
+    model,
+    tokenizer,
+    sources: Sequence[str],
+    num_beams: int = 4,
+    length_penalty: float = 1.0,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    language_tag: str | None = None,
+    **generate_kwargs,
+) -> Translations:
+    """Translate `sources` with beam search in length-sorted, token-bounded batches.
+
+    `length_penalty` is transformers' exponent: beams are ranked by log-probability / length**penalty
+    (the papers' 0.6 refers to GNMT's ((5 + length) / 6)**alpha, a different formula). `language_tag`
+    (a language code, e.g. "de") puts the tokenizer's `<2de>` in front of every source, for models
+    trained with tags (`--add_language_tag`, the multilingual models); it must be a reserved token. Hypotheses may be `EXTRA_LENGTH` tokens longer
+    than the longest source of their batch unless `max_new_tokens` is passed; other `generate_kwargs`
+    go to `model.generate()`. The timing covers tokenization, decoding and detokenization.
+    """
+    if isinstance(sources, str) or not all(isinstance(source, str) for source in sources):
+        raise ValueError("`sources` must be a list of strings, one sentence each.")
+    start = time.perf_counter()
+    encoded = tokenizer(list(sources), add_special_tokens=True)["input_ids"]
+    tag_id = _language_tag_id(tokenizer, language_tag)
+    if tag_id is not None:
+        encoded = [ids if ids[:1] == [tag_id] else [tag_id, *ids] for ids in encoded]
+    hypotheses: list[str] = [""] * len(sources)
+    # Lengths go to generate() as `max_length` (decoder start + new tokens), since `max_new_tokens` next to
+    # the model's own `max_length` makes transformers warn on every batch; positions stop at the model's limit.
+    max_new_tokens = generate_kwargs.pop("max_new_tokens", None)
+    position_limit = getattr(model.config, "max_position_embeddings", None) or float("inf")
+    model.eval()
+    with torch.inference_mode():
+        for batch in length_sorted_batches([len(ids) for ids in encoded], max_tokens):
+            inputs = tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, return_tensors="pt").to(model.device)
+            new_tokens = inputs["input_ids"].shape[1] + EXTRA_LENGTH if max_new_tokens is None else max_new_tokens
+            settings = {"max_length": int(min(1 + new_tokens, position_limit)), **generate_kwargs}
+            output_ids = model.generate(**inputs, num_beams=num_beams, length_penalty=length_penalty, **settings)
+            for index, text in zip(batch, tokenizer.batch_decode(output_ids, skip_special_tokens=True)):
+                hypotheses[index] = text.strip()
+    return Translations(hypotheses=hypotheses, seconds=time.perf_counter() - start)
+
+
+def tokenize_for_bleu(text: str) -> str:
+    """The tokenization behind the papers' tokenized BLEU: 13a punctuation splitting, then compound splitting."""
+    return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", _tokenize_13a(text))  # one pass, as the perl one-liner
+
+
+def score_translations(
+    hypotheses: Sequence[str], references: Sequence[str], target_lang: str | None = None
+) -> dict:
+    """sacreBLEU (with signature), the papers' tokenized case-sensitive BLEU, and chrF, all corpus-level.
+
+    `target_lang` lets sacreBLEU pick its tokenizer for Chinese, Japanese and Korean targets.
+    """
+    _check_parallel(hypotheses, references, "hypotheses", "references")
+    sacre = BLEU(trg_lang=target_lang or "")
+    tokenized = BLEU(tokenize="none", force=True)
+    chrf = CHRF()
+    sacre_score = sacre.corpus_score(list(hypotheses), [list(references)])
+    tokenized_score = tokenized.corpus_score(
+        [tokenize_for_bleu(text) for text in hypotheses], [[tokenize_for_bleu(text) for text in references]]
+    )
+    chrf_score = chrf.corpus_score(list(hypotheses), [list(references)])
+    return {
+        "sentences": len(hypotheses),
+        "sacrebleu": round(sacre_score.score, 2),
+        "sacrebleu_signature": str(sacre.get_signature()),
+        "sacrebleu_text": sacre_score.format(signature=str(sacre.get_signature())),
+        "tokenized_bleu": round(tokenized_score.score, 2),
+        "tokenized_bleu_method": "13a + compound splitting, then BLEU on whitespace tokens (multi-bleu.perl)",
+        "chrf": round(chrf_score.score, 2),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def paired_bootstrap(
+    hypotheses: Sequence[str],
+    baseline_hypotheses: Sequence[str],
+    references: Sequence[str],
+    num_samples: int = 1000,
+    seed: int = 12345,
+    tokenized: bool = True,
+) -> dict:
+    """Koehn (2004)'s paired bootstrap resampling: is `hypotheses` better than `baseline_hypotheses`?
+
+    Draws `num_samples` test sets of the same size with replacement (the same draws for both
+    systems), scores both on each, and reports how often the system beats the baseline. The
+    p-value is the fraction of samples where it does not: p < 0.05 means "better with 95%
+    confidence". BLEU is the tokenized BLEU of `score_translations` (`tokenized=False`: sacreBLEU's).
+    Also gives each system's mean and 95% interval over the samples.
+    """
+    _check_parallel(hypotheses, references, "hypotheses", "references")
+    _check_parallel(baseline_hypotheses, references, "baseline_hypotheses", "references")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"`num_samples` must be a positive integer, got {num_samples!r}.")
+    draws = np.random.default_rng(seed).integers(0, len(references), size=(num_samples, len(references)))
+    system = _sentence_statistics(hypotheses, references, tokenized)
+    baseline = _sentence_statistics(baseline_hypotheses, references, tokenized)
+    system_scores = np.array([_bleu_from_statistics(system[rows].sum(0)) for rows in draws])
+    baseline_scores = np.array([_bleu_from_statistics(baseline[rows].sum(0)) for rows in draws])
+    wins = float(np.mean(system_scores > baseline_scores))
+    return {
+        "metric": "tokenized_bleu" if tokenized else "sacrebleu",
+        "num_samples": num_samples,
+        "seed": seed,
+        "system_bleu": round(_bleu_from_statistics(system.sum(0)), 2),
+        "baseline_bleu": round(_bleu_from_statistics(baseline.sum(0)), 2),
+        "system_interval": _interval(system_scores),
+        "baseline_interval": _interval(baseline_scores),
+        "system_wins": wins,
+        "p_value": 1.0 - wins,
+    }
+
+
+@dataclass
+class EvaluationArguments:
+    """What `scripts/evaluate_translation.py` reads from its command line (HfArgumentParser)."""
+
+    model: str = field(metadata={"help": "A saved model directory (with its tokenizer) or a Hub id."})
+    output_dir: str = field(metadata={"help": "Where hypotheses.txt and results.json are written."})
+    source_file: str | None = field(default=None, metadata={"help": "Source sentences, one per line."})
+    reference_file: str | None = field(default=None, metadata={"help": "References, line-aligned with the sources."})
+    data: str | None = field(
+        default=None, metadata={"help": "Instead of the two files: a folder of {split}.{lang}[.gz], a JSON-lines "
+                                        "file or a Hub corpus (see modeling_dwlstm.data.load_parallel_corpus)."}
+    )
+    split: str = field(default="test", metadata={"help": "The split of --data."})
+    source_lang: str | None = field(default=None, metadata={"help": "Source language code, e.g. en."})
+    target_lang: str | None = field(default=None, metadata={"help": "Target language code, e.g. de."})
+    max_pairs: int | None = field(default=None, metadata={"help": "Evaluate only the first pairs (quick checks)."})
+    num_beams: int = field(default=4, metadata={"help": "Beam size (the papers: 4)."})
+    length_penalty: float = field(default=1.0, metadata={"help": "transformers' length penalty exponent."})
+    max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata={"help": "Source tokens per decoding batch."})
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": f"Longest hypothesis (default: longest source + {EXTRA_LENGTH})."}
+    )
+    baseline_hypotheses: str | None = field(
+        default=None, metadata={"help": "Another system's hypotheses, for the paired bootstrap test."}
+    )
+    bootstrap_samples: int = field(default=1000, metadata={"help": "Resamples of the paired bootstrap test."})
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
+    add_language_tag: bool = field(default=False, metadata={
+        "help": "Prefix sources with the <2xx> target tag (models trained with --add_language_tag)."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Load a model whose code is not installed."})
+
+
+def run_evaluation(args: EvaluationArguments) -> dict:
+    """Load the model and test set, translate, score, and write hypotheses.txt and results.json.
+
+    Returns the results (also in `output_dir`/results.json): the scores of `score_translations`, the
+    decoding settings and speed, and, with `baseline_hypotheses`, the paired bootstrap test.
+    """
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    sources, references = _read_test_set(args)
+    baseline = read_lines(args.baseline_hypotheses) if args.baseline_hypotheses else None
+    if baseline is not None:
+        _check_parallel(baseline, references, f"baseline hypotheses in {args.baseline_hypotheses}", "references")
+    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+    model.to(args.device)
+    translations = translate_sentences(
+        model, tokenizer, sources, num_beams=args.num_beams, length_penalty=args.length_penalty,
+        max_tokens=args.max_tokens, language_tag=args.target_lang if args.add_language_tag else None,
+        **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}),
+    )
+    results = {
+        "model": args.model,
+        "test_set": args.data or args.source_file,
+        "split": args.split if args.data else None,
+        "source_lang": args.source_lang,
+        "target_lang": args.target_lang,
+        "num_beams": args.num_beams,
+        "length_penalty": args.length_penalty,
+        "language_tag": args.add_language_tag,
+        "max_tokens": args.max_tokens,
+        **score_translations(translations.hypotheses, references, args.target_lang),
+        "seconds": round(translations.seconds, 3),
+        "sentences_per_second": round(translations.sentences_per_second, 2),
+        "device": str(model.device),
+    }
+    if baseline is not None:
+        results["paired_bootstrap"] = {
+            "baseline": args.baseline_hypotheses,
+            **paired_bootstrap(translations.hypotheses, baseline, references, num_samples=args.bootstrap_samples),
+        }
+    write_lines(translations.hypotheses, Path(args.output_dir) / "hypotheses.txt")
+    write_json(results, Path(args.output_dir) / "results.json")
+    return results
+
+
+def _read_test_set(args: EvaluationArguments) -> tuple[list[str], list[str]]:
+    """(sources, references) from --data or from --source_file/--reference_file, checked for alignment."""
+    if (args.data is None) == (args.source_file is None and args.reference_file is None):
+        raise ValueError("Give either --data (with --split, --source_lang, --target_lang) or both --source_file "
+                         "and --reference_file.")
+    if args.data is not None:
+        if not args.source_lang or not args.target_lang:
+            raise ValueError("--data needs --source_lang and --target_lang.")
+        from .data import load_parallel_corpus
+
+        pairs = load_parallel_corpus(args.data, args.source_lang, args.target_lang, args.split,
+                                     max_pairs=args.max_pairs)["translation"]
+        return [pair[args.source_lang] for pair in pairs], [pair[args.target_lang] for pair in pairs]
+    if args.source_file is None or args.reference_file is None:
+        raise ValueError("--source_file and --reference_file go together: give both.")
+    sources, references = read_lines(args.source_file), read_lines(args.reference_file)
+    _check_parallel(sources, references, f"sources in {args.source_file}", f"references in {args.reference_file}")
+    return sources[: args.max_pairs], references[: args.max_pairs]
+
+
+def write_json(results: dict, path: str | os.PathLike) -> None:
+    """Write `results` to `path` atomically (a temporary file beside it, then a rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, suffix=".tmp", delete=False) as file:
+        json.dump(results, file, indent=2, ensure_ascii=False)
+        file.write("\n")
+    os.replace(file.name, path)
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a UTF-8 text file, without line ends (hypothesis and reference files)."""
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"Cannot read the text file {path}: {error}") from error
+
+
+def write_lines(lines: Sequence[str], path: str | os.PathLike) -> None:
+    """One line per hypothesis (line breaks inside a hypothesis become spaces, so line numbers stay aligned)."""
+    text = "".join(line.replace("\n", " ").replace("\r", " ") + "\n" for line in lines)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def _language_tag_id(tokenizer, language: str | None) -> int | None:
+    if language is None:
+        return None
+    tag_id = tokenizer.convert_tokens_to_ids(f"<2{language}>")
+    if tag_id is None or tag_id == tokenizer.unk_token_id:
+        raise ValueError(f"The tokenizer has no language tag '<2{language}>': tags are only for models trained "
+                         "with them (--add_language_tag); leave the tag out otherwise.")
+    return tag_id
+
+
+def _check_parallel(hypotheses: Sequence[str], references: Sequence[str], name: str, other: str) -> None:
+    for what, texts in ((name, hypotheses), (other, references)):
+        if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
+            raise ValueError(f"`{what}` must be a list of strings, one sentence each.")
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"`{name}` has {len(hypotheses)} sentences but `{other}` has {len(references)}: they must be "
+            "line-aligned (one hypothesis per reference, in the same order)."
+        )
+    if not references:
+        raise ValueError(f"`{name}` and `{other}` are empty: there is nothing to score.")
+
+
+def _sentence_statistics(hypotheses: Sequence[str], references: Sequence[str], tokenized: bool) -> np.ndarray:
+    """Per-sentence BLEU statistics [hypothesis length, reference length, matches 1-4, totals 1-4]."""
+    if tokenized:
+        hypotheses = [tokenize_for_bleu(text) for text in hypotheses]
+        references = [tokenize_for_bleu(text) for text in references]
+    metric = BLEU(tokenize="none" if tokenized else "13a", effective_order=True, force=True)
+    rows = []
+    for hypothesis, reference in zip(hypotheses, references):
+        score = metric.sentence_score(hypothesis, [reference])
+        rows.append([score.sys_len, score.ref_len, *score.counts, *score.totals])
+    return np.array(rows, dtype=np.int64)
+
+
+def _bleu_from_statistics(statistics: np.ndarray) -> float:
+    """Corpus BLEU from summed sentence statistics, with sacreBLEU's corpus-level defaults."""
+    sys_len, ref_len, counts, totals = statistics[0], statistics[1], statistics[2:6], statistics[6:10]
+    return BLEU.compute_bleu(
+        counts.tolist(), totals.tolist(), int(sys_len), int(ref_len), smooth_method="exp"
+    ).score
+
+
+def _interval(scores: np.ndarray) -> dict:
+    low, high = np.percentile(scores, [2.5, 97.5])
+    return {"mean": round(float(scores.mean()), 2), "low": round(float(low), 2), "high": round(float(high), 2)}

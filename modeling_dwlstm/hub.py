@@ -1,0 +1,194 @@
+"""Share a trained translation model on the Hugging Face Hub: a model card and one push of everything.
+
+`push_translation_model` uploads, in a single commit, what `from_pretrained("user/name")` and
+`pipeline("translation", model="user/name", trust_remote_code=True)` need on a machine without this
+package: the weights and config (whose `auto_map` and `custom_pipelines` point at the code), the
+generation config, the tokenizer, the modelling code and the translation pipeline file (all written by
+`save_pretrained`), and a `README.md` model card from `model_card`.
+
+`model_card` describes the architecture (read from the config), the training data, the evaluation
+results (the dictionary `evaluation.run_evaluation` writes to results.json) and the papers to cite.
+"""
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from huggingface_hub import HfApi
+
+# BibTeX of the papers behind each member; a member not listed cites the depth-wise LSTM papers.
+XU_2020 = """@article{xu2020transformer,
+  title   = {Transformer with Depth-Wise {LSTM}},
+  author  = {Xu, Hongfei and Liu, Qiuhui and Xiong, Deyi and van Genabith, Josef},
+  journal = {arXiv preprint arXiv:2007.06257},
+  year    = {2020}
+}"""
+XU_REWIRING = """@inproceedings{xu2024rewiring,
+  title     = {Rewiring the Transformer with Depth-Wise {LSTM}s},
+  author    = {Xu, Hongfei and others},
+  booktitle = {Proceedings of the 2024 Joint International Conference on Computational Linguistics,
+               Language Resources and Evaluation (LREC-COLING 2024)},
+  year      = {2024}
+}"""
+VASWANI_2017 = """@inproceedings{vaswani2017attention,
+  title     = {Attention Is All You Need},
+  author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
+               Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia},
+  booktitle = {Advances in Neural Information Processing Systems},
+  year      = {2017}
+}"""
+WANG_2019 = """@inproceedings{wang2019learning,
+  title     = {Learning Deep Transformer Models for Machine Translation},
+  author    = {Wang, Qiang and Li, Bei and Xiao, Tong and Zhu, Jingbo and Li, Changliang and Wong, Derek F. and
+               Chao, Lidia S.},
+  booktitle = {Proceedings of the 57th Annual Meeting of the Association for Computational Linguistics},
+  year      = {2019}
+}"""
+CITATIONS = {
+    "dwlstm": (XU_REWIRING, XU_2020),
+    "dwlstm-residual": (VASWANI_2017, WANG_2019),
+}
+ARCHITECTURE_NAMES = {
+    "dwlstm": "Transformer with depth-wise LSTMs (Xu et al.)",
+    "dwlstm-residual": "residual Transformer (Vaswani et al. 2017; Wang et al. 2019)",
+}
+# Config fields shown in the card's architecture table, when the config has them.
+ARCHITECTURE_FIELDS = (
+    "encoder_layers", "decoder_layers", "d_model", "ffn_dim", "encoder_attention_heads", "decoder_attention_heads",
+    "dropout", "attention_dropout", "activation_dropout", "label_smoothing", "vocab_size", "max_position_embeddings",
+    "position_embedding_type", "tie_word_embeddings", "norm_position", "activation_function",
+    "lstm_hidden", "lstm_activation", "share_gates", "share_hidden", "decoder_merge",
+)
+
+
+def model_card(
+    model,
+    training_data: str,
+    results: Mapping | None = None,
+    repo_id: str | None = None,
+    license: str = "apache-2.0",
+) -> str:
+    """A README.md for the Hub: YAML metadata, architecture, data, results, usage, citation.
+
+    Args:
+        model: the trained model (its config gives the architecture and the language pairs).
+        training_data: one or more sentences on what it was trained on (corpus, size, tokenizer).
+        results: the evaluation results (`evaluation.run_evaluation`'s dictionary), or None.
+        repo_id: "user/name", used in the usage example.
+        license: the card's licence identifier.
+    """
+    if not isinstance(training_data, str) or not training_data.strip():
+        raise ValueError("`training_data` must say what the model was trained on (a non-empty string).")
+    config = model.config
+    pairs = list(getattr(config, "language_pairs", None) or [])
+    languages = list(dict.fromkeys(code for pair in pairs for code in pair.split("-")))
+    name = repo_id or "path/to/model"
+    task = f"translation_{pairs[0].replace('-', '_to_')}" if pairs else "translation"
+    metadata = {
+        "language": languages or None,
+        "license": license,
+        "library_name": "transformers",
+        "pipeline_tag": "translation",
+        "tags": ["translation", config.model_type, "custom_code"],
+        "metrics": ["bleu", "chrf"] if results else None,
+    }
+    lines = ["---", *_yaml_lines(metadata), "---", ""]
+    lines += [f"# {name.split('/')[-1]}", ""]
+    lines += [
+        f"A {ARCHITECTURE_NAMES.get(config.model_type, config.model_type)} translation model"
+        + (f" for {', '.join(pairs)}" if pairs else "") + f", {model.num_parameters() / 1e6:.2f}M parameters, "
+        "built with modeling_dwlstm on Hugging Face Transformers.", "",
+        "## Architecture", "", "| setting | value |", "|---|---|", f"| model_type | `{config.model_type}` |",
+    ]
+    lines += [f"| {field} | `{getattr(config, field)}` |" for field in ARCHITECTURE_FIELDS if hasattr(config, field)]
+    lines += ["", "## Training data", "", training_data.strip(), ""]
+    lines += ["## Evaluation", ""] + (_results_lines(results) if results else ["Not evaluated yet.", ""])
+    lines += [
+        "## Usage", "",
+        "The modelling code and the translation pipeline ship with the weights (`trust_remote_code=True`).", "",
+        "```python", "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline", "",
+        f'tokenizer = AutoTokenizer.from_pretrained("{name}")',
+        f'model = AutoModelForSeq2SeqLM.from_pretrained("{name}", trust_remote_code=True)',
+        f'translator = pipeline("{task}", model="{name}", trust_remote_code=True)',
+        'print(translator("A man rides a horse.", num_beams=4))', "```", "",
+        "## Citation", "", "```bibtex", *"\n\n".join(CITATIONS.get(config.model_type, CITATIONS["dwlstm"])).split("\n"),
+        "```", "",
+    ]
+    return "\n".join(lines)
+
+
+def push_translation_model(
+    model,
+    tokenizer,
+    repo_id: str,
+    card: str,
+    private: bool = False,
+    token: str | None = None,
+    endpoint: str | None = None,
+    commit_message: str = "Upload translation model",
+):
+    """Create `repo_id` if needed and upload model, tokenizer, code, pipeline and `card` in one commit.
+
+    `endpoint` defaults to the `HF_ENDPOINT` environment variable or huggingface.co; `token` to the
+    logged-in user's. Returns the `CommitInfo` of the upload.
+    """
+    if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ValueError(f"`repo_id` must look like 'user/name', got {repo_id!r}.")
+    api = HfApi(endpoint=endpoint, token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        missing = [name for name in ("config.json", "pipeline_translation.py") if not (Path(folder) / name).is_file()]
+        if missing:
+            raise ValueError(f"save_pretrained wrote no {missing}: the pushed model could not be loaded without "
+                             "this package. Build the model after `import modeling_dwlstm`.")
+        Path(folder, "README.md").write_text(card, encoding="utf-8")
+        return api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message)
+
+
+def read_results(path: str | os.PathLike) -> dict:
+    """The results.json of `scripts/evaluate_translation.py`, with a clear error when it is not one."""
+    try:
+        results = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"Cannot read evaluation results from {path}: {error}") from error
+    if not isinstance(results, dict) or "sacrebleu" not in results:
+        raise ValueError(f"{path} is not a results.json of scripts/evaluate_translation.py (no `sacrebleu`).")
+    return results
+
+
+def _results_lines(results: Mapping) -> list[str]:
+    test_set = results.get("test_set") or "test set"
+    split = f" ({results['split']})" if results.get("split") else ""
+    lines = [
+        (f"On {test_set}{split}, {results.get('sentences', '?')} sentences, beam {results.get('num_beams', '?')}, "
+         f"length penalty {results.get('length_penalty', '?')}:"), "",
+        "| metric | score |", "|---|---|",
+        f"| sacreBLEU | {results['sacrebleu']} |",
+    ]
+    if "tokenized_bleu" in results:
+        lines.append(f"| tokenized case-sensitive BLEU (as in the papers) | {results['tokenized_bleu']} |")
+    if "chrf" in results:
+        lines.append(f"| chrF | {results['chrf']} |")
+    if "sentences_per_second" in results:
+        lines.append(f"| decoding speed (sentences/s, {results.get('device', 'cpu')}) | {results['sentences_per_second']} |")
+    lines.append("")
+    if "sacrebleu_signature" in results:
+        lines += [f"sacreBLEU signature: `{results['sacrebleu_signature']}`", ""]
+    return lines
+
+
+def _yaml_lines(metadata: Mapping) -> list[str]:
+    """Flat YAML for the card header (strings and lists of strings only; None values left out)."""
+    lines = []
+    for key, value in metadata.items():
+        if value is None:
+            continue
+        if isinstance(value, list):
+            lines += [f"{key}:", *[f"- {json.dumps(item)}" for item in value]]
+        else:
+            lines.append(f"{key}: {json.dumps(value)}")
+    return lines

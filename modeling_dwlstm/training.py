@@ -1,0 +1,374 @@
+"""Train a translation model with `Seq2SeqTrainer`, by the papers' recipe (SPEC §5) unless told otherwise.
+
+`train_translation(model_args, data_args, training_args)` is what `scripts/train_translation.py` runs
+(``HfArgumentParser`` over the three dataclasses below) and what the quickstart calls. It
+
+- builds the model from a `hub_configs/` JSON file (a fresh model sized to the tokenizer), or loads a
+  saved directory / Hub id (to continue training or fine-tune);
+- loads the corpus with `data.load_parallel_corpus`, tokenizes it and drops pairs longer than 256 tokens;
+- batches by token count (`TokenBatchSampler`: at most `max_tokens` padded tokens a batch, the batch
+  order reshuffled every epoch, disjoint equal shares per process under `accelerate launch`/`torchrun`),
+  with gradient accumulation to reach `target_tokens_per_update` (the papers' ~25k target tokens);
+- optimises with Adam (0.9, 0.98, 1e-9) under an inverse-square-root schedule with 8k warm-up steps
+  (Vaswani et al. §5.3: peak rate d_model^-0.5 * warmup^-0.5 = 4.9e-4 for base; pass
+  ``--learning_rate 3.5e-4`` for big), label smoothing 0.1 from the model config (the model computes its
+  own label-smoothed loss, so the Trainer's `label_smoothing_factor` stays 0), dropout from the config,
+  no gradient clipping;
+- saves a checkpoint every 1,500 steps with optimizer, scheduler and RNG state, so that
+  ``resume_from_checkpoint`` ("last" or a path) continues a killed run exactly (same weights as an
+  uninterrupted run); each checkpoint is written under ``output_dir/.incomplete/`` and renamed into place
+  when complete;
+- optionally reports validation loss and BLEU (`evaluation.score_translations`) every `eval_steps`;
+- saves the final model, tokenizer and generation config in `output_dir`.
+"""
+
+import json
+import logging
+import math
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    HfArgumentParser,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+    set_seed,
+)
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+from .batching import TokenBatchSampler
+from .checkpoints import complete_checkpoints
+from .data import load_parallel_corpus, tokenize_pairs
+from .tokenization_dwlstm import tokenizer_model_kwargs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    """Which model to train and with which tokenizer."""
+
+    model_name_or_path: str = field(metadata={"help": (
+        "A config JSON file (e.g. hub_configs/dwlstm-base-6l.json) for a fresh model, or a saved model "
+        "directory / Hub id to continue training.")})
+    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": (
+        "Tokenizer directory or Hub id (scripts/train_tokenizer.py writes one); defaults to model_name_or_path.")})
+    config_overrides: str | None = field(default=None, metadata={"help": (
+        "Comma-separated config changes for a fresh model, e.g. 'dropout=0.3,encoder_layers=12'.")})
+
+
+@dataclass
+class DataArguments:
+    """Where the parallel data comes from and how it is batched."""
+
+    dataset: str = field(metadata={"help": (
+        "'wmt14', 'wmt15', 'opus100', another Hub id, a folder of {split}.{lang}[.gz] files, or a .jsonl file.")})
+    source_lang: str = field(metadata={"help": "Source language code, e.g. 'en'."})
+    target_lang: str = field(metadata={"help": "Target language code, e.g. 'de'."})
+    train_split: str = field(default="train", metadata={"help": "Training split (file prefix for a folder)."})
+    validation_split: str | None = field(default=None, metadata={"help": (
+        "Validation split ('validation' on the Hub, 'val' for Multi30k); none by default.")})
+    validation_dataset: str | None = field(default=None, metadata={"help": (
+        "Source of the validation pairs when it differs from `dataset` (e.g. a .jsonl file).")})
+    hub_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration, if not the pair's."})
+    max_length: int = field(default=256, metadata={"help": "Drop training pairs longer than this many subword tokens."})
+    max_tokens: int = field(default=4096, metadata={"help": "Padded tokens per batch and process (each side)."})
+    target_tokens_per_update: int | None = field(default=None, metadata={"help": (
+        "Set gradient accumulation so that an update covers about this many tokens over all processes "
+        "(the papers: 25000); overrides --gradient_accumulation_steps.")})
+    max_train_pairs: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
+    max_validation_pairs: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
+    add_language_tag: bool = field(default=False, metadata={"help": "Prefix sources with the <2xx> target tag."})
+    validation_bleu: bool = field(default=False, metadata={"help": (
+        "Also decode the validation set at each evaluation and report BLEU (slower).")})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+
+
+@dataclass
+class TranslationTrainingArguments(Seq2SeqTrainingArguments):
+    """`Seq2SeqTrainingArguments` with the papers' recipe (SPEC §5) as defaults."""
+
+    learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (Vaswani et al.: d^-0.5 * warmup^-0.5)."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (papers: 0.98)."})
+    adam_epsilon: float = field(default=1e-9, metadata={"help": "Adam epsilon (papers: 1e-9)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "No weight decay: AdamW then equals Adam."})
+    max_grad_norm: float = field(default=0.0, metadata={"help": "Gradient clipping norm; 0 disables (papers)."})
+    lr_scheduler_type: str = field(default="inverse_sqrt", metadata={"help": "Inverse square root after warm-up."})
+    warmup_steps: float = field(default=8000, metadata={"help": "Linear warm-up steps (papers: 8k)."})
+    max_steps: int = field(default=100_000, metadata={"help": "Updates (papers: 100k base, 300k big)."})
+    save_strategy: str = field(default="steps", metadata={"help": "Save checkpoints every save_steps."})
+    save_steps: float = field(default=1500, metadata={"help": "Checkpoint every N updates (papers: 1,500)."})
+    logging_steps: float = field(default=100, metadata={"help": "Log every N updates."})
+    report_to: None | str | list[str] = field(default="none", metadata={"help": "Experiment trackers."})
+    generation_num_beams: int | None = field(default=4, metadata={"help": "Beam size for validation BLEU."})
+    output_dir: str | None = field(default=None, metadata={"help": "Where checkpoints and the final model go."})
+
+    def __post_init__(self):
+        if self.output_dir is None:
+            raise ValueError("Pass --output_dir: checkpoints and the final model are written there.")
+        super().__post_init__()
+
+
+class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` whose training batches come from `TokenBatchSampler` (`max_tokens` padded tokens).
+
+    The sampler already gives each process its own share, so the DataLoader is not passed through
+    `accelerator.prepare`, whose `BatchSamplerShard` would split the shares again; the Trainer moves each
+    batch to the device itself. `set_epoch` reaches the sampler through the loader (and through the
+    `SkipBatchSampler` the Trainer wraps around it when it resumes mid-epoch).
+    """
+
+    def __init__(self, *args, max_tokens: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.max_tokens = max_tokens
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        source_lengths, target_lengths = token_lengths(self.train_dataset)
+        sampler = TokenBatchSampler(
+            source_lengths, target_lengths, self.max_tokens, num_replicas=self.args.world_size,
+            rank=self.args.process_index, seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+        )
+        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        return EpochDataLoader(
+            dataset, batch_sampler=sampler, collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory and torch.accelerator.is_available(),
+        )
+
+    def _save_checkpoint(self, model, trial):
+        """Write ``checkpoint-N`` under ``output_dir/.incomplete/`` and rename it into place once every file
+        (weights, optimizer, scheduler, every rank's RNG state, trainer state) is written: a run killed while
+        saving leaves no half-written checkpoint where resuming or averaging would pick it up."""
+        run_dir = Path(super()._get_output_dir(trial))
+        staging_dir = run_dir / ".incomplete"
+        checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.args.should_save and staging_dir.exists():
+            shutil.rmtree(staging_dir)  # left by a run killed while saving
+        self.accelerator.wait_for_everyone()
+        # The Trainer names the checkpoint folder after `_get_output_dir`; pointing it at the staging folder
+        # for the duration of this call is the one hook that does not copy the Trainer's saving code.
+        self._staging_dir = staging_dir
+        try:
+            super()._save_checkpoint(model, trial)  # writes into staging_dir via _get_output_dir
+        finally:
+            self._staging_dir = None
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            if self.state.best_model_checkpoint == str(staging_dir / checkpoint):
+                self.state.best_model_checkpoint = str(run_dir / checkpoint)
+                self.state.save_to_json(str(staging_dir / checkpoint / "trainer_state.json"))
+            if (run_dir / checkpoint).exists():  # saved twice at one step: the newer copy wins
+                shutil.rmtree(run_dir / checkpoint)
+            (staging_dir / checkpoint).rename(run_dir / checkpoint)
+            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
+        self.accelerator.wait_for_everyone()
+
+    def _get_output_dir(self, trial) -> str:
+        staging_dir = getattr(self, "_staging_dir", None)
+        return str(staging_dir) if staging_dir is not None else super()._get_output_dir(trial)
+
+
+class EpochDataLoader(DataLoader):
+    """A DataLoader that passes `set_epoch` on to its batch sampler (the Trainer calls it every epoch)."""
+
+    def set_epoch(self, epoch: int):
+        self.batch_sampler.set_epoch(epoch)
+
+
+class ReadableLogCallback(TrainerCallback):
+    """One plain line per log event ("step 300/100000 | loss 4.512 | lr 1.9e-04 | ..."), on the main process."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        parts = [f"step {state.global_step}/{state.max_steps}", f"epoch {state.epoch or 0:.2f}"]
+        for key, value in logs.items():
+            if key != "epoch":
+                parts.append(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}")
+        logger.info(" | ".join(parts))
+
+
+def token_lengths(dataset) -> tuple[list[int], list[int]]:
+    """Source and target token counts of a tokenized dataset, read from Arrow without decoding the ids."""
+    import pyarrow.compute as pc
+
+    table = dataset.select_columns(["input_ids", "labels"]).with_format("arrow")[:]
+    return (pc.list_value_length(table["input_ids"]).to_pylist(), pc.list_value_length(table["labels"]).to_pylist())
+
+
+def build_model_and_tokenizer(model_args: ModelArguments, language_pair: str | None = None):
+    """(model, tokenizer): a fresh model from a config JSON file sized to the tokenizer, or a saved one."""
+    path = Path(model_args.model_name_or_path)
+    tokenizer_path = model_args.tokenizer_name_or_path or model_args.model_name_or_path
+    if path.suffix == ".json" and tokenizer_path == model_args.model_name_or_path:
+        raise ValueError("A fresh model from a config file needs --tokenizer_name_or_path "
+                         "(train one with scripts/train_tokenizer.py).")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    if path.suffix == ".json":
+        if not path.is_file():
+            raise ValueError(f"Config file {path} does not exist; hub_configs/ lists the papers' models.")
+        settings = json.loads(path.read_text())
+        if "model_type" not in settings:
+            raise ValueError(f"{path} has no `model_type`; it is not a model config (see hub_configs/).")
+        if settings.get("vocab_size", len(tokenizer)) != len(tokenizer):
+            logger.info("vocab_size %d of %s replaced by the tokenizer's %d.", settings["vocab_size"], path,
+                        len(tokenizer))
+        config = AutoConfig.for_model(settings.pop("model_type"), **{**settings, **tokenizer_model_kwargs(tokenizer)})
+        if model_args.config_overrides:
+            config.update_from_string(model_args.config_overrides)
+            config.check_values()
+        if language_pair and language_pair not in config.language_pairs:
+            config.language_pairs = [*config.language_pairs, language_pair]
+        model = AutoModelForSeq2SeqLM.from_config(config)
+    else:
+        if model_args.config_overrides:
+            raise ValueError("--config_overrides applies to a fresh model from a config JSON file only.")
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+        if model.config.vocab_size != len(tokenizer):
+            raise ValueError(f"The model has {model.config.vocab_size} embeddings but the tokenizer "
+                             f"{len(tokenizer)} tokens: they do not belong together.")
+    return model, tokenizer
+
+
+def gradient_accumulation_for(target_tokens: int, max_tokens: int, world_size: int) -> int:
+    """Accumulation steps so that `world_size` processes of `max_tokens`-token batches reach `target_tokens`."""
+    return max(1, math.ceil(target_tokens / (max_tokens * world_size)))
+
+
+def _resolve_resume(training_args: TranslationTrainingArguments) -> str | None:
+    """`resume_from_checkpoint`: None, "last"/"true" (newest complete checkpoint) or a checkpoint path."""
+    requested = training_args.resume_from_checkpoint
+    checkpoints = complete_checkpoints(training_args.output_dir)
+    existing = checkpoints[-1] if checkpoints else None
+    if requested is None:
+        if existing is not None:
+            raise ValueError(f"{training_args.output_dir} already holds checkpoints of a run ({existing.name}). Pass "
+                             "--resume_from_checkpoint last to continue it, or choose another --output_dir.")
+        return None
+    if str(requested).lower() in ("last", "true"):
+        if existing is None:
+            raise ValueError(f"--resume_from_checkpoint {requested}: {training_args.output_dir} has no complete checkpoint.")
+        return str(existing)
+    if not (Path(requested) / "trainer_state.json").is_file():
+        raise ValueError(f"--resume_from_checkpoint {requested}: not a complete checkpoint (no trainer_state.json).")
+    return str(requested)
+
+
+def load_tokenized_split(data_args: DataArguments, tokenizer, split: str, source: str, max_pairs: int | None,
+                         max_length: int | None):
+    pairs = load_parallel_corpus(source, data_args.source_lang, data_args.target_lang, split, max_pairs=max_pairs,
+                                 hub_config=data_args.hub_config)
+    return tokenize_pairs(pairs, tokenizer, data_args.source_lang, data_args.target_lang, max_length=max_length,
+                          add_language_tag=data_args.add_language_tag, num_proc=data_args.preprocessing_num_workers)
+
+
+def bleu_metric(tokenizer, target_lang: str):
+    """`compute_metrics` for predict_with_generate: the scores of `evaluation.score_translations`."""
+    import numpy as np
+
+    from .evaluation import score_translations  # sacrebleu is needed only when BLEU is asked for
+
+    def compute(prediction):
+        hypotheses, references = (
+            tokenizer.batch_decode(np.where(ids == -100, tokenizer.pad_token_id, ids), skip_special_tokens=True)
+            for ids in (prediction.predictions, prediction.label_ids)
+        )
+        scores = score_translations(hypotheses, references, target_lang)
+        return {"bleu": scores["sacrebleu"], "tokenized_bleu": scores["tokenized_bleu"], "chrf": scores["chrf"]}
+
+    return compute
+
+
+def train_translation(model_args: ModelArguments, data_args: DataArguments, training_args: TranslationTrainingArguments,
+                      callbacks: list[TrainerCallback] | None = None) -> TokenBatchSeq2SeqTrainer:
+    """Train (or resume) a translation model and save it in `training_args.output_dir`; return the Trainer.
+
+    The final model, tokenizer and generation config land in `output_dir`, checkpoints in its
+    ``checkpoint-N`` folders, a readable log in ``train.log``. `callbacks` are added to the Trainer's.
+    """
+    if training_args.label_smoothing_factor:
+        raise ValueError("Leave --label_smoothing_factor at 0: the model applies its config's `label_smoothing`"
+                         " (0.1 by default); set it with --config_overrides label_smoothing=...")
+    resume = _resolve_resume(training_args)
+    _log_to_file(training_args)
+    set_seed(training_args.seed)
+    language_pair = f"{data_args.source_lang}-{data_args.target_lang}"
+    model, tokenizer = build_model_and_tokenizer(model_args, language_pair)
+    with training_args.main_process_first(desc="loading and tokenizing the data"):
+        train_dataset = load_tokenized_split(data_args, tokenizer, data_args.train_split, data_args.dataset,
+                                             data_args.max_train_pairs, data_args.max_length)
+        eval_dataset = None
+        if data_args.validation_split or data_args.validation_dataset:
+            eval_dataset = load_tokenized_split(
+                data_args, tokenizer, data_args.validation_split or "validation",
+                data_args.validation_dataset or data_args.dataset, data_args.max_validation_pairs, None,
+            )
+    if data_args.target_tokens_per_update:
+        training_args.gradient_accumulation_steps = gradient_accumulation_for(
+            data_args.target_tokens_per_update, data_args.max_tokens, training_args.world_size)
+    if data_args.validation_bleu:
+        if eval_dataset is None:
+            raise ValueError("--validation_bleu needs validation data: pass --validation_split.")
+        training_args.predict_with_generate = True
+    logger.info("Model: %s, %.2fM parameters; %d training pairs; %d-token batches x %d accumulation x %d processes.",
+                model.config.model_type, model.num_parameters() / 1e6, len(train_dataset), data_args.max_tokens,
+                training_args.gradient_accumulation_steps, training_args.world_size)
+    trainer = TokenBatchSeq2SeqTrainer(
+        model=model, args=training_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+        processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        compute_metrics=bleu_metric(tokenizer, data_args.target_lang) if data_args.validation_bleu else None,
+        callbacks=[ReadableLogCallback(), *(callbacks or [])], max_tokens=data_args.max_tokens,
+    )
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model()
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    return trainer
+
+
+def _log_to_file(training_args: TranslationTrainingArguments):
+    """Progress lines to stderr and to `output_dir/train.log` (main process), readable without TensorBoard."""
+    if not training_args.should_log:
+        return
+    os.makedirs(training_args.output_dir, exist_ok=True)
+    package_logger = logging.getLogger(__package__)
+    package_logger.setLevel(logging.INFO)
+    for handler in [h for h in package_logger.handlers if getattr(h, "is_training_log", False)]:
+        package_logger.removeHandler(handler)  # a previous run's log file, in the same process
+        handler.close()
+    file_handler = logging.FileHandler(os.path.join(training_args.output_dir, "train.log"))
+    stream_handler = logging.StreamHandler()
+    for handler in (file_handler, stream_handler):
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.is_training_log = True
+        package_logger.addHandler(handler)
+
+
+def parse_training_arguments(args: list[str] | None = None):
+    """(ModelArguments, DataArguments, TranslationTrainingArguments) from the command line (or `args`)."""
+    parser = HfArgumentParser((ModelArguments, DataArguments, TranslationTrainingArguments))
+    return parser.parse_args_into_dataclasses(args=args)
+
+
+__all__ = [
+    "ModelArguments",
+    "DataArguments",
+    "TranslationTrainingArguments",
+    "TokenBatchSeq2SeqTrainer",
+    "train_translation",
+    "build_model_and_tokenizer",
+    "parse_training_arguments",
+    "gradient_accumulation_for",
+]

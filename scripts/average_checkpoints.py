@@ -1,0 +1,29 @@
+"""Average the weights of the last K checkpoints of a training run into a model directory.
+
+    python scripts/average_checkpoints.py --run_dir runs/ende --last 5 --output_dir runs/ende/averaged   # base
+    python scripts/average_checkpoints.py --run_dir runs/ende-big --last 20 --output_dir runs/ende-big/averaged
+    python scripts/average_checkpoints.py --checkpoints runs/ende/checkpoint-97000 runs/ende/checkpoint-98500 ...
+
+The output loads with `AutoModelForSeq2SeqLM.from_pretrained` and `AutoTokenizer.from_pretrained`.
+"""
+
+import argparse
+
+from modeling_dwlstm.checkpoints import average_checkpoints, last_checkpoints
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run_dir", help="A training output_dir holding checkpoint-N folders.")
+    source.add_argument("--checkpoints", nargs="+", help="Checkpoint folders to average, in any order.")
+    parser.add_argument("--last", type=int, default=5, help="How many of the newest checkpoints (5 base, 20 big).")
+    parser.add_argument("--output_dir", required=True, help="A new directory for the averaged model.")
+    args = parser.parse_args(argv)
+    checkpoints = last_checkpoints(args.run_dir, args.last) if args.run_dir else args.checkpoints
+    output = average_checkpoints(checkpoints, args.output_dir)
+    print(f"Averaged {len(checkpoints)} checkpoints ({', '.join(str(c) for c in checkpoints)}) into {output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""Translate a test set with beam search and report BLEU, chrF, speed and significance (SPEC §5).
+
+    python scripts/evaluate_translation.py --model runs/base-avg --output_dir runs/base-avg/test \
+        --data wmt14 --split test --source_lang en --target_lang de --num_beams 4
+    python scripts/evaluate_translation.py --model my-model --output_dir eval \
+        --source_file test.en --reference_file test.de --target_lang de --baseline_hypotheses other/hypotheses.txt
+
+Writes `hypotheses.txt` (input order) and `results.json` into --output_dir and prints the results.
+The work is done by `modeling_dwlstm.evaluation.run_evaluation`.
+"""
+
+import json
+
+from transformers import HfArgumentParser
+
+import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
+from modeling_dwlstm.evaluation import EvaluationArguments, run_evaluation
+
+if __name__ == "__main__":
+    (arguments,) = HfArgumentParser(EvaluationArguments).parse_args_into_dataclasses()
+    print(json.dumps(run_evaluation(arguments), indent=2, ensure_ascii=False))

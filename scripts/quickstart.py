@@ -1,0 +1,38 @@
+"""The quickstart (`make quickstart`): train, evaluate, save, reload and use a small depth-wise LSTM model.
+
+    python scripts/quickstart.py --output_dir quickstart-output
+
+Generates the project's own English -> German corpus, trains a joint BPE tokenizer and a small model
+(about 2-3 minutes on 2 CPU cores), reports held-out BLEU before and after training, reloads the model
+with AutoModelForSeq2SeqLM and translates new sentences with pipeline("translation"). No network, no
+files outside the output directory. The work is done by `modeling_dwlstm.quickstart.run_quickstart`.
+"""
+
+import argparse
+import logging
+import shutil
+from pathlib import Path
+
+import torch
+
+from modeling_dwlstm.quickstart import (
+    QuickstartSettings,
+    format_summary,
+    run_quickstart,
+)
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", default="quickstart-output")
+    parser.add_argument("--overwrite", action="store_true", help="Delete --output_dir first if it exists.")
+    parser.add_argument("--max_steps", type=int, default=QuickstartSettings.max_steps)
+    parser.add_argument("--threads", type=int, default=1, help=(
+        "torch threads. The model is small: a second thread gains little on 2 dedicated cores and, when other "
+        "processes share them, makes each step several times slower (threads wait for each other)."))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.overwrite and Path(args.output_dir).exists():
+        shutil.rmtree(args.output_dir)
+    summary = run_quickstart(args.output_dir, QuickstartSettings(max_steps=args.max_steps))
+    print("\n" + format_summary(summary))

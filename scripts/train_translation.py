@@ -1,0 +1,17 @@
+"""Train a translation model on Seq2SeqTrainer with the papers' recipe (see modeling_dwlstm/training.py).
+
+Single process:
+    python scripts/train_translation.py --model_name_or_path hub_configs/dwlstm-base-6l.json \\
+        --tokenizer_name_or_path tok-wmt14-ende --dataset wmt14 --source_lang en --target_lang de \\
+        --validation_split validation --max_tokens 4096 --target_tokens_per_update 25000 --output_dir runs/ende
+Several processes (same arguments):
+    accelerate launch --multi_gpu --num_processes 8 scripts/train_translation.py ...
+    torchrun --nproc_per_node 8 scripts/train_translation.py ...
+Continue a killed run: add `--resume_from_checkpoint last`. `--help` lists every option, including all of
+`Seq2SeqTrainingArguments`.
+"""
+
+from modeling_dwlstm.training import parse_training_arguments, train_translation
+
+if __name__ == "__main__":
+    train_translation(*parse_training_arguments())
