@@ -18,6 +18,8 @@ def main():
     parser.add_argument("--lengths", nargs="+", type=int, help="training lengths (default 16 64 256)")
     parser.add_argument("--headline-length", type=int, help="training length the targets are checked at (default 64)")
     parser.add_argument("--repeats", type=int)
+    parser.add_argument("--generation-batch", type=int, help="source sentences per generate() call (default 32)")
+    parser.add_argument("--new-tokens", type=int, help="forced new tokens per sentence (default 24)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
     parser.add_argument("--token-budget", type=int, help="source + target tokens per training batch (default 4096)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the family's models")
@@ -27,7 +29,7 @@ def main():
     settings = BenchmarkSettings(threads=args.threads, compile=args.compile, measure_memory=not args.no_memory)
     if args.quick:
         settings.sizes, settings.lengths, settings.repeats, settings.measure_memory = ("small",), (16, 64), 2, False
-    for name in ("sizes", "members", "lengths", "headline_length", "repeats", "token_budget"):
+    for name in ("sizes", "members", "lengths", "headline_length", "repeats", "token_budget", "generation_batch", "new_tokens"):
         if getattr(args, name) is not None:
             setattr(settings, name, tuple(getattr(args, name)) if isinstance(getattr(args, name), list) else getattr(args, name))
     report = run_benchmark(settings)
