@@ -134,24 +134,34 @@ class TranslationEmbeddings(nn.Module):
 
 
 def check_token_ids(input_ids: torch.Tensor, vocab_size: int):
+    """Shape and range check. The range needs the values: read on the CPU (one reduction); on an
+    accelerator it is asserted on the device instead, so that a decode step does not wait for the host."""
     if input_ids.dim() != 2:
         raise ValueError(f"Token ids must have shape (batch, length), got {tuple(input_ids.shape)}.")
-    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= vocab_size):
+    if not input_ids.numel() or torch.compiler.is_compiling():
+        return
+    if input_ids.device.type != "cpu":
+        torch._assert_async(((input_ids >= 0) & (input_ids < vocab_size)).all(), "token ids outside [0, vocab_size)")
+        return
+    lowest, highest = torch.aminmax(input_ids)
+    if lowest < 0 or highest >= vocab_size:
         raise ValueError(
-            f"Token ids must lie in [0, vocab_size={vocab_size}); got ids from {int(input_ids.min())} to "
-            f"{int(input_ids.max())}. Was the input made with this model's tokenizer?"
+            f"Token ids must lie in [0, vocab_size={vocab_size}); got ids from {int(lowest)} to "
+            f"{int(highest)}. Was the input made with this model's tokenizer?"
         )
 
 
 def padding_mask(attention_mask: torch.Tensor | None, length: int) -> torch.Tensor | None:
-    """(batch, key_length) of 1/0 -> boolean (batch, 1, 1, key_length), True = may attend; None if nothing is masked."""
+    """(batch, key_length) of 1/0 -> boolean (batch, 1, 1, key_length), True = may attend.
+    None when nothing is masked (SDPA's fastest kernels), checked only on the CPU, where reading the
+    mask costs no device synchronisation (and not while torch.compile traces)."""
     if attention_mask is None:
         return None
     if attention_mask.dim() != 2 or attention_mask.shape[1] != length:
         raise ValueError(
             f"attention_mask must have shape (batch, {length}) to match its token ids, got {tuple(attention_mask.shape)}."
         )
-    if bool(attention_mask.all()):
+    if attention_mask.device.type == "cpu" and not torch.compiler.is_compiling() and bool(attention_mask.all()):
         return None
     return attention_mask.bool()[:, None, None, :]
 
@@ -176,41 +186,59 @@ def causal_mask(query_length: int, key_length: int, attention_mask: torch.Tensor
     return mask
 
 
+class FusedLinear(nn.Linear):
+    """`blocks` projections of the same input stored as one (blocks * out, in) matrix, so they cost one
+    matmul; each block is initialised as its own Xavier matrix, as if the projections were separate."""
+
+    def __init__(self, in_features: int, out_features: int, blocks: int):
+        super().__init__(in_features, blocks * out_features)
+        self.blocks = blocks
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention over `num_heads` heads (Vaswani et al. §3.2), computed with SDPA.
 
-    Self-attention caches its keys/values in `past_key_values.self_attention_cache`; cross-attention
-    projects the encoder output once per generation and reuses it (`is_updated[layer_idx]`).
+    Self-attention projects queries, keys and values with one fused matmul (`qkv_proj`) and caches
+    keys/values in `past_key_values.self_attention_cache`; cross-attention projects keys and values
+    of the encoder output with one matmul (`kv_proj`) once per generation and reuses them
+    (`is_updated[layer_idx]`).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float, layer_idx: int, is_cross_attention: bool = False):
         super().__init__()
         self.num_heads, self.head_dim = num_heads, d_model // num_heads
         self.dropout, self.layer_idx, self.is_cross_attention = dropout, layer_idx, is_cross_attention
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
+        if is_cross_attention:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = FusedLinear(d_model, d_model, blocks=2)
+        else:
+            self.qkv_proj = FusedLinear(d_model, d_model, blocks=3)
         self.out_proj = nn.Linear(d_model, d_model)
 
-    def split_heads(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d) -> (B, H, T, d/H)
-        return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
+    def split_heads(self, x: torch.Tensor, parts: int = 1):  # (B, T, parts * d) -> parts x (B, H, T, d/H)
+        return x.unflatten(-1, (parts, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4).unbind(0)
 
-    def keys_values(self, source: torch.Tensor, cache: EncoderDecoderCache | None):
-        if self.is_cross_attention and cache is not None and cache.is_updated.get(self.layer_idx):
+    def cross_keys_values(self, encoder_output: torch.Tensor, cache: EncoderDecoderCache | None):
+        if cache is not None and cache.is_updated.get(self.layer_idx):
             cached = cache.cross_attention_cache.layers[self.layer_idx]
             return cached.keys, cached.values
-        keys, values = self.split_heads(self.k_proj(source)), self.split_heads(self.v_proj(source))
+        keys, values = self.split_heads(self.kv_proj(encoder_output), 2)  # (B, H, S, d/H) each
         if cache is not None:
-            sub_cache = cache.cross_attention_cache if self.is_cross_attention else cache.self_attention_cache
-            keys, values = sub_cache.update(keys, values, self.layer_idx)
-            if self.is_cross_attention:
-                cache.is_updated[self.layer_idx] = True
+            keys, values = cache.cross_attention_cache.update(keys, values, self.layer_idx)
+            cache.is_updated[self.layer_idx] = True
         return keys, values
 
+    def queries_keys_values(self, hidden_states, key_value_states, cache: EncoderDecoderCache | None):
+        if self.is_cross_attention:
+            (query,) = self.split_heads(self.q_proj(hidden_states))
+            return (query, *self.cross_keys_values(key_value_states, cache))
+        query, keys, values = self.split_heads(self.qkv_proj(hidden_states), 3)
+        if cache is not None:
+            keys, values = cache.self_attention_cache.update(keys, values, self.layer_idx)
+        return query, keys, values
+
     def forward(self, hidden_states, attention_mask=None, key_value_states=None, past_key_values=None, output_attentions=False):
-        query = self.split_heads(self.q_proj(hidden_states))  # (B, H, Tq, d/H)
-        source = key_value_states if self.is_cross_attention else hidden_states
-        keys, values = self.keys_values(source, past_key_values)  # (B, H, Tk, d/H)
+        query, keys, values = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T, d/H)
         dropout = self.dropout if self.training else 0.0
         if output_attentions:  # SDPA does not return the weights
             scores = query @ keys.transpose(-1, -2) / math.sqrt(self.head_dim)
@@ -626,7 +654,9 @@ class DwLstmPreTrainedModel(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
         if isinstance(module, nn.Linear):
-            init.xavier_uniform_(module.weight)
+            if not getattr(module.weight, "_is_hf_initialized", False):
+                for block in module.weight.chunk(getattr(module, "blocks", 1)):  # fused projections: Xavier per block
+                    nn.init.xavier_uniform_(block)
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):  # tokens and learned positions
@@ -777,6 +807,14 @@ class DwLstmForConditionalGeneration(DwLstmPreTrainedModel, GenerationMixin):
         return F.cross_entropy(
             logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, label_smoothing=self.config.label_smoothing
         )
+
+    @staticmethod
+    def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.Tensor) -> EncoderDecoderCache:
+        """Beam search: follow the surviving beams in the self-attention cache only. The cross-attention
+        keys/values are the same for every beam of a sentence and beams never move between sentences, so
+        the default (reordering both caches) copies them every step for nothing."""
+        past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        return past_key_values
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

@@ -1,0 +1,42 @@
+"""Benchmark every family member against MarianMTModel (issue 5): prints a table, writes JSON.
+
+    python scripts/benchmark.py                    # small and base, lengths 16/64/256, 3 repeats
+    python scripts/benchmark.py --quick            # small only, lengths 16/64, 2 repeats
+    python scripts/benchmark.py --compile          # the family under torch.compile
+"""
+
+import argparse
+
+from modeling_dwlstm.benchmark import BenchmarkSettings, format_report, run_benchmark, write_report
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small size, lengths 16 and 64, 2 repeats, no memory probe")
+    parser.add_argument("--sizes", nargs="+", choices=["small", "base"])
+    parser.add_argument("--members", nargs="+", help="family members to run (default: every registered one) and/or 'marian'")
+    parser.add_argument("--lengths", nargs="+", type=int, help="training lengths (default 16 64 256)")
+    parser.add_argument("--headline-length", type=int, help="training length the targets are checked at (default 64)")
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--generation-batch", type=int, help="source sentences per generate() call (default 32)")
+    parser.add_argument("--new-tokens", type=int, help="forced new tokens per sentence (default 24)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
+    parser.add_argument("--token-budget", type=int, help="source + target tokens per training batch (default 4096)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the family's models")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory probes")
+    parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
+    args = parser.parse_args()
+    settings = BenchmarkSettings(threads=args.threads, compile=args.compile, measure_memory=not args.no_memory)
+    if args.quick:
+        settings.sizes, settings.lengths, settings.repeats, settings.measure_memory = ("small",), (16, 64), 2, False
+    for name in ("sizes", "members", "lengths", "headline_length", "repeats", "token_budget", "generation_batch", "new_tokens"):
+        if getattr(args, name) is not None:
+            setattr(settings, name, tuple(getattr(args, name)) if isinstance(getattr(args, name), list) else getattr(args, name))
+    report = run_benchmark(settings)
+    print(format_report(report))
+    write_report(report, args.output)
+    print(f"\nWrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
