@@ -103,9 +103,17 @@ def tokenize_pairs(
     is logged. `add_language_tag` puts the target-language tag ``<2xx>`` in front of the source, as the
     multilingual models of 001 §3.5 need (the tokenizer must have the tag as a special token).
     """
-    prefix = f"<2{target_lang}> " if add_language_tag else ""
-    if add_language_tag and prefix.strip() not in tokenizer.get_vocab():
-        raise ValueError(f"The tokenizer has no language tag {prefix.strip()!r}: train it with that tag reserved.")
+    tag = f"<2{target_lang}>"
+    has_tag = tag in tokenizer.get_vocab()
+    if add_language_tag and not has_tag:
+        raise ValueError(f"The tokenizer has no language tag {tag!r}: train it with that tag reserved.")
+    if has_tag and not add_language_tag:  # the model would never see the tag the pipeline gives it
+        raise ValueError(
+            f"The tokenizer reserves the language tag {tag!r}, and pipeline('translation') puts it in front of every "
+            "source: train with add_language_tag=True (--add_language_tag), or use a tokenizer without language "
+            "tags for a bilingual model."
+        )
+    prefix = f"{tag} " if add_language_tag else ""
 
     def encode(batch):
         sources = [prefix + pair[source_lang] for pair in batch["translation"]]
@@ -139,7 +147,7 @@ def train_corpus_tokenizer(
     corpora: Sequence[datasets.Dataset],
     languages: Sequence[str],
     merges: int = 32000,
-    language_tags: Sequence[str] | None = None,
+    language_tags: Sequence[str] = (),
     min_frequency: int = 2,
     model_max_length: int = 1024,
 ):
@@ -147,14 +155,16 @@ def train_corpus_tokenizer(
 
     The papers give BPE sizes in merges (32k); the trainer counts special tokens and the alphabet too, so
     the vocabulary size is set to specials + characters of the corpus + `merges` (fewer merges result
-    when fewer pairs than that occur `min_frequency` times). `language_tags` default to ``<2xx>`` for each
-    of `languages`, reserved as special tokens with fixed ids.
+    when fewer pairs than that occur `min_frequency` times). `language_tags` (e.g. ``["<2de>", "<2fr>"]``,
+    for multilingual models trained with `add_language_tag`) are reserved as special tokens with fixed
+    ids; a bilingual model's tokenizer has none, because `pipeline("translation")` puts the target tag in
+    front of every source whenever the tokenizer has it.
     """
     from .tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
 
     if isinstance(merges, bool) or not isinstance(merges, int) or merges < 1:
         raise ValueError(f"`merges` must be a positive integer, got {merges!r}.")
-    language_tags = [f"<2{language}>" for language in languages] if language_tags is None else list(language_tags)
+    language_tags = list(language_tags)
     alphabet = {"\u2581"}  # Metaspace turns spaces into "▁"
     for sentence in corpus_sentences(corpora, languages):
         alphabet.update(sentence)

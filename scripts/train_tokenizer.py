@@ -5,8 +5,10 @@
         --merges 8000 --output_dir tok-multi30k
 
 The result loads with `AutoTokenizer.from_pretrained(output_dir)` and is what `train_translation.py
---tokenizer_name_or_path` expects. 32k merges by default (the papers); `<2xx>` tags for both languages
-(plus `--language_tags`) are reserved as special tokens.
+--tokenizer_name_or_path` expects. 32k merges by default (the papers). `--language_tags <2de> <2fr> ...`
+reserves target-language tags as special tokens, for multilingual models trained with
+`--add_language_tag`; a bilingual model's tokenizer has none (the translation pipeline prepends a tag
+whenever the tokenizer has one).
 """
 
 import argparse
@@ -25,7 +27,7 @@ def main(argv=None):
     parser.add_argument("--max_pairs", type=int, default=None, help="Train on the first N pairs only.")
     parser.add_argument("--merges", type=int, default=32000, help="BPE merges (papers: 32000).")
     parser.add_argument("--min_frequency", type=int, default=2)
-    parser.add_argument("--language_tags", nargs="*", default=[], help="Extra tags to reserve, e.g. <2fr> <2cs>.")
+    parser.add_argument("--language_tags", nargs="*", default=[], help="Tags to reserve for a multilingual model, e.g. <2de> <2fr>.")
     parser.add_argument("--model_max_length", type=int, default=1024, help="The model's max_position_embeddings.")
     parser.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
@@ -34,7 +36,7 @@ def main(argv=None):
     languages = [args.source_lang, args.target_lang]
     corpus = load_parallel_corpus(args.dataset, *languages, split=args.split, max_pairs=args.max_pairs,
                                   hub_config=args.hub_config)
-    tags = list(dict.fromkeys([f"<2{language}>" for language in languages] + args.language_tags))  # unique, in order
+    tags = list(dict.fromkeys(args.language_tags))  # unique, in order
     tokenizer = train_corpus_tokenizer([corpus], languages, merges=args.merges, language_tags=tags,
                                        min_frequency=args.min_frequency, model_max_length=args.model_max_length)
     tokenizer.save_pretrained(args.output_dir)

@@ -172,7 +172,7 @@ def test_hub_errors_are_clear(fake_hub):
 @pytest.fixture(scope="module")
 def multi30k_tokenizer():
     corpus = load_parallel_corpus(MULTI30K, "en", "de", max_pairs=1000)
-    return corpus, train_corpus_tokenizer([corpus], ["en", "de"], merges=300)
+    return corpus, train_corpus_tokenizer([corpus], ["en", "de"], merges=300, language_tags=["<2en>", "<2de>"])
 
 
 def test_joint_bpe_has_the_requested_merges_and_reserved_tags(multi30k_tokenizer, tmp_path):
@@ -189,7 +189,9 @@ def test_joint_bpe_has_the_requested_merges_and_reserved_tags(multi30k_tokenizer
 
 
 def test_tokenize_pairs_drops_long_pairs_and_logs_the_count(multi30k_tokenizer, caplog):
-    corpus, tokenizer = multi30k_tokenizer
+    corpus, tagged_tokenizer = multi30k_tokenizer
+    tokenizer = train_corpus_tokenizer([corpus], ["en", "de"], merges=300)  # bilingual: no tags
+    assert "<2de>" not in tokenizer.get_vocab()
     lengths = [max(len(tokenizer(pair["en"])["input_ids"]), len(tokenizer(pair["de"])["input_ids"]))
                for pair in corpus["translation"][:200]]
     limit = sorted(lengths)[150]
@@ -201,10 +203,12 @@ def test_tokenize_pairs_drops_long_pairs_and_logs_the_count(multi30k_tokenizer, 
     first = corpus[0]["translation"]
     assert tokenized[0]["input_ids"] == tokenizer(first["en"])["input_ids"]
     assert tokenized[0]["labels"] == tokenizer(first["de"])["input_ids"]
-    tagged = tokenize_pairs(corpus.select(range(3)), tokenizer, "en", "de", add_language_tag=True)
-    assert tagged[0]["input_ids"] == [5, *tokenized[0]["input_ids"]]
+    tagged = tokenize_pairs(corpus.select(range(3)), tagged_tokenizer, "en", "de", add_language_tag=True)
+    assert tagged[0]["input_ids"] == [5, *tagged_tokenizer(first["en"])["input_ids"]]
     with pytest.raises(ValueError, match="no language tag '<2fr>'"):
-        tokenize_pairs(corpus.select(range(3)), tokenizer, "de", "fr", add_language_tag=True)
+        tokenize_pairs(corpus.select(range(3)), tagged_tokenizer, "de", "fr", add_language_tag=True)
+    with pytest.raises(ValueError, match="reserves the language tag '<2de>'.*--add_language_tag"):
+        tokenize_pairs(corpus.select(range(3)), tagged_tokenizer, "en", "de")
     with pytest.raises(ValueError, match="Every one of the 3 pairs is longer"):
         tokenize_pairs(corpus.select(range(3)), tokenizer, "en", "de", max_length=2)
 

@@ -8,7 +8,10 @@ from transformers import AutoModelForSeq2SeqLM
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 
-pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k not found at {MULTI30K}")
+pytestmark = [
+    pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k not found at {MULTI30K}"),
+    pytest.mark.usefixtures("one_thread"),  # several threads on a busy 2-core machine are many times slower
+]
 
 
 @pytest.fixture(scope="module")

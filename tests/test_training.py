@@ -292,7 +292,7 @@ def test_average_checkpoints_script(tmp_path):
 
 def test_train_tokenizer_script_saves_an_auto_tokenizer(tmp_path):
     run_script("train_tokenizer", "--dataset", str(MULTI30K), "--source_lang", "en", "--target_lang", "de",
-               "--max_pairs", "200", "--merges", "100", "--language_tags", "<2fr>", "<2de>",
+               "--max_pairs", "200", "--merges", "100", "--language_tags", "<2en>", "<2de>", "<2fr>",
                "--output_dir", str(tmp_path / "tokenizer"))
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
     assert tokenizer.convert_tokens_to_ids(["<s>", "<pad>", "</s>", "<unk>", "<2en>", "<2de>", "<2fr>"]) == list(range(7))
