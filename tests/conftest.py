@@ -14,6 +14,19 @@ from modeling_dwlstm import DlclConfig, TransparentAttentionConfig
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 
+# Prepended to a subprocess script: from there on the process is like a machine without this package,
+# so a model can only load through its remote code.
+WITHOUT_PACKAGE = """
+import sys
+sys.modules["modeling_dwlstm"] = None  # as on a machine without the package (an editable install is global)
+try:
+    import modeling_dwlstm
+    sys.exit("modeling_dwlstm must not be importable here")
+except ImportError:
+    pass
+"""
+
+
 def read_multi30k(split: str, language: str, count: int) -> list[str]:
     """The first `count` sentences of `{split}.{language}.gz` (split: train, val, test_2016_flickr)."""
     with gzip.open(MULTI30K / f"{split}.{language}.gz", "rt", encoding="utf-8") as lines:

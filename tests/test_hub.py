@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 import torch
+from conftest import WITHOUT_PACKAGE
 from hub_server import LoopbackHub
 from huggingface_hub import RepoCard
 from transformers import AutoModelForSeq2SeqLM, pipeline
@@ -75,15 +76,9 @@ def test_read_results_rejects_what_is_not_a_results_file(tmp_path):
         read_results(tmp_path / "missing.json")
 
 
-PULL_SCRIPT = textwrap.dedent(
+PULL_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
     """
     import hashlib, json, sys
-    sys.modules["modeling_dwlstm"] = None  # as on a machine without the package (an editable install is global)
-    try:
-        import modeling_dwlstm
-        sys.exit("modeling_dwlstm must not be importable here")
-    except ImportError:
-        pass
     from transformers import AutoModelForSeq2SeqLM, pipeline
     repo_id, sentences, settings = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
     model = AutoModelForSeq2SeqLM.from_pretrained(repo_id, trust_remote_code=True)

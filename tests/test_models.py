@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import CASES, random_ids, tiny_model
+from conftest import CASES, WITHOUT_PACKAGE, random_ids, tiny_model
 from transformers import AutoModelForSeq2SeqLM
 
 
@@ -65,10 +65,9 @@ def test_remote_code_loads_without_the_package(tmp_path):
             logits = model(input_ids=input_ids, decoder_input_ids=input_ids[:, :4]).logits
         torch.save({"input_ids": input_ids, "logits": logits}, tmp_path / case / "expected.pt")
         assert json.loads((tmp_path / case / "config.json").read_text())["auto_map"]["AutoModelForSeq2SeqLM"]
-    script = textwrap.dedent(
+    script = WITHOUT_PACKAGE + textwrap.dedent(
         """
         import sys, torch
-        sys.modules["modeling_dwlstm"] = None  # as on a machine without the package (an editable install is global)
         from transformers import AutoModelForSeq2SeqLM
         for case in sys.argv[1:]:
             model = AutoModelForSeq2SeqLM.from_pretrained(case, trust_remote_code=True).eval()

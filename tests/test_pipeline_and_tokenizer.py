@@ -23,7 +23,7 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
 import modeling_dwlstm
-from conftest import MULTI30K, read_multi30k
+from conftest import MULTI30K, WITHOUT_PACKAGE, read_multi30k
 from modeling_dwlstm.pipeline_translation import register_translation_pairs, register_translation_pipeline
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 
@@ -200,15 +200,9 @@ def test_pipeline_lists_batches_and_several_sequences(model, tokenizer, corpus):
 
 # --- pipeline, from a saved directory as remote code -----------------------------------------------------------
 
-REMOTE_SCRIPT = textwrap.dedent(
+REMOTE_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
     """
     import json, sys
-    sys.modules["modeling_dwlstm"] = None  # as on a machine without the package (an editable install is global)
-    try:
-        import modeling_dwlstm
-        sys.exit("modeling_dwlstm must not be importable here")
-    except ImportError:
-        pass
     from transformers import pipeline
     sentences, settings = json.loads(sys.argv[1]), json.loads(sys.argv[2])
     results = {}
