@@ -1,5 +1,5 @@
 # `make quickstart`: create .venv (reused when present), install the package, train and use a small model (~3 min).
-# `make test`: the same .venv and installation, then the test suite.
+# `make test`: the same .venv and installation, then the linter (ruff, configured in pyproject.toml) and the test suite.
 # torch is pinned to the CPU build these machines keep on disk; an unpinned torch pulls a multi-GB CUDA build.
 PYTHON ?= python3
 VENV ?= .venv
@@ -21,6 +21,7 @@ quickstart: $(STAMP)
 	$(VENV)/bin/python scripts/quickstart.py --output_dir quickstart-output --overwrite
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q tests
 
 clean:

@@ -16,11 +16,11 @@ from .configuration_dwlstm import (
     TranslationTransformerConfig,
     TransparentAttentionConfig,
 )
+from .modeling_dlcl import DlclForConditionalGeneration, DlclModel, plot_dlcl_weights
 from .modeling_dwlstm import DwLstmForConditionalGeneration, DwLstmModel, DwLstmPreTrainedModel, LayerState
 from .modeling_highway import HighwayTransformerForConditionalGeneration, HighwayTransformerModel
 from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
 from .modeling_rnn import DepthWiseRnnForConditionalGeneration, DepthWiseRnnModel
-from .modeling_dlcl import DlclForConditionalGeneration, DlclModel, plot_dlcl_weights
 from .modeling_transparent import TransparentAttentionForConditionalGeneration, TransparentAttentionModel
 from .pipeline_translation import TranslationPipeline, register_translation_pipeline
 

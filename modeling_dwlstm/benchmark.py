@@ -435,7 +435,8 @@ def check_targets(report: dict, settings: BenchmarkSettings) -> list[dict]:
         if numerator not in rows or denominator not in rows:
             continue
         for task in tasks:
-            ratio = throughput(rows[numerator], task, settings.headline_length) / throughput(rows[denominator], task, settings.headline_length)
+            length = settings.headline_length
+            ratio = throughput(rows[numerator], task, length) / throughput(rows[denominator], task, length)
             checks.append(dict(target=f"{name} ({task})", size=size, ratio=ratio, minimum=minimum, met=ratio >= minimum))
     return checks
 

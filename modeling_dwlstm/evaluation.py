@@ -77,9 +77,10 @@ def translate_sentences(
     `length_penalty` is transformers' exponent: beams are ranked by log-probability / length**penalty
     (the papers' 0.6 refers to GNMT's ((5 + length) / 6)**alpha, a different formula). `language_tag`
     (a language code, e.g. "de") puts the tokenizer's `<2de>` in front of every source, for models
-    trained with tags (`--add_language_tag`, the multilingual models); it must be a reserved token. Hypotheses may be `EXTRA_LENGTH` tokens longer
-    than the longest source of their batch unless `max_new_tokens` is passed; other `generate_kwargs`
-    go to `model.generate()`. The timing covers tokenization, decoding and detokenization.
+    trained with tags (`--add_language_tag`, the multilingual models); it must be a reserved token.
+    Hypotheses may be `EXTRA_LENGTH` tokens longer than the longest source of their batch unless
+    `max_new_tokens` is passed; other `generate_kwargs` go to `model.generate()`. The timing covers
+    tokenization, decoding and detokenization.
     """
     if isinstance(sources, str) or not all(isinstance(source, str) for source in sources):
         raise ValueError("`sources` must be a list of strings, one sentence each.")
@@ -332,7 +333,7 @@ def _sentence_statistics(hypotheses: Sequence[str], references: Sequence[str], t
         references = [tokenize_for_bleu(text) for text in references]
     metric = BLEU(tokenize="none" if tokenized else "13a", effective_order=True, force=True)
     rows = []
-    for hypothesis, reference in zip(hypotheses, references):
+    for hypothesis, reference in zip(hypotheses, references, strict=True):
         score = metric.sentence_score(hypothesis, [reference])
         rows.append([score.sys_len, score.ref_len, *score.counts, *score.totals])
     return np.array(rows, dtype=np.int64)

@@ -112,7 +112,10 @@ class ResidualDecoderLayer(nn.Module):
 
     def forward(self, state, encoder_hidden_states, encoder_mask=None, self_mask=None, past_key_values=None, output_attentions=False):
         x = state.output  # (B, T, d)
-        s, self_weights = self.self_attn(self.self_attn_residual.sublayer_input(x), self_mask, past_key_values=past_key_values, output_attentions=output_attentions)
+        s, self_weights = self.self_attn(
+            self.self_attn_residual.sublayer_input(x), self_mask,
+            past_key_values=past_key_values, output_attentions=output_attentions,
+        )
         x = self.self_attn_residual.combine(x, s)
         c, cross_weights = self.cross_attn(
             self.cross_attn_residual.sublayer_input(x), encoder_mask, encoder_hidden_states, past_key_values, output_attentions

@@ -8,8 +8,14 @@ import pytest
 import torch
 
 import modeling_dwlstm  # noqa: F401  (registers the Auto classes)
-from modeling_dwlstm import DepthWiseRnnConfig, DwLstmConfig, HighwayTransformerConfig, ResidualTransformerConfig
-from modeling_dwlstm import DlclConfig, TransparentAttentionConfig
+from modeling_dwlstm import (
+    DepthWiseRnnConfig,
+    DlclConfig,
+    DwLstmConfig,
+    HighwayTransformerConfig,
+    ResidualTransformerConfig,
+    TransparentAttentionConfig,
+)
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -37,7 +43,9 @@ TINY = dict(
     decoder_attention_heads=4, ffn_dim=24, max_position_embeddings=64, dropout=0.0,
 )
 
-OPTION_GRID = list(itertools.product(("linear", "ffn", "glu"), ("global", "per_stack", "none"), (False, True), ("add", "concat", "two_lstm")))
+OPTION_GRID = list(
+    itertools.product(("linear", "ffn", "glu"), ("global", "per_stack", "none"), (False, True), ("add", "concat", "two_lstm"))
+)
 
 # Every combination of the depth-wise LSTM's options, plus the options outside that grid and the baselines.
 CASES = {

@@ -81,7 +81,8 @@ def test_benchmark_runs_and_writes_its_report(tmp_path):
         assert row["train"][8]["tokens_per_s"] > 0 and row["train"][8]["flops_per_s"] > 0
         assert row["train_peak_memory_bytes"] > 0
     targets = {check["target"]: check for check in report["targets"]}
-    assert set(targets) == {"dwlstm vs Marian, generation (beam4)", "dwlstm vs Marian, generation (greedy)"}  # the rest need residual-prenorm
+    # the other targets need residual-prenorm
+    assert set(targets) == {"dwlstm vs Marian, generation (beam4)", "dwlstm vs Marian, generation (greedy)"}
     greedy = targets["dwlstm vs Marian, generation (greedy)"]
     assert greedy["ratio"] == pytest.approx(rows["dwlstm"]["greedy_sentences_per_s"] / rows[MARIAN]["greedy_sentences_per_s"])
     assert greedy["met"] == (greedy["ratio"] >= 1.0)

@@ -8,7 +8,13 @@ import pytest
 import torch
 from conftest import random_ids, read_multi30k, tiny_config, tiny_model
 from datasets import Dataset
-from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments, pipeline
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    DataCollatorForSeq2Seq,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    pipeline,
+)
 
 from modeling_dwlstm import DlclForConditionalGeneration, plot_dlcl_weights
 from modeling_dwlstm.gradient_norms import embedding_gradient_norms
@@ -37,7 +43,8 @@ def with_weights_of(model, donor):
 def select_previous_layer(connection):
     """W[c, c] = 1 and every other weight 0: consumer c reads only y_c, as a residual stack does."""
     with torch.no_grad():
-        connection.weights.copy_(torch.eye(connection.num_consumers)[tuple(torch.tril_indices(connection.num_consumers, connection.num_consumers))])
+        n = connection.num_consumers
+        connection.weights.copy_(torch.eye(n)[tuple(torch.tril_indices(n, n))])
 
 
 @pytest.mark.parametrize("norm", ["pre", "post"])

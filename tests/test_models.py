@@ -12,7 +12,6 @@ from conftest import CASES, WITHOUT_PACKAGE, random_ids, tiny_model
 from transformers import AutoModelForSeq2SeqLM
 
 
-
 def assert_gradients_reach_every_parameter(model):
     model.train()
     labels = random_ids(2, 5, seed=2)

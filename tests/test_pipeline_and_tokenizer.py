@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import sacrebleu
 import torch
+from conftest import MULTI30K, WITHOUT_PACKAGE, read_multi30k
 from datasets import Dataset
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -23,7 +24,6 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
 import modeling_dwlstm
-from conftest import MULTI30K, WITHOUT_PACKAGE, read_multi30k
 from modeling_dwlstm.pipeline_translation import register_translation_pairs, register_translation_pipeline
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 
