@@ -160,17 +160,24 @@ def train_corpus_tokenizer(
     ids; a bilingual model's tokenizer has none, because `pipeline("translation")` puts the target tag in
     front of every source whenever the tokenizer has it.
     """
+    return train_sentence_tokenizer(lambda: corpus_sentences(corpora, languages), merges, language_tags,
+                                    min_frequency=min_frequency, model_max_length=model_max_length)
+
+
+def train_sentence_tokenizer(sentences, merges: int = 32000, language_tags: Sequence[str] = (), min_frequency: int = 2,
+                             model_max_length: int = 1024):
+    """`train_corpus_tokenizer` over the sentences `sentences()` yields (called twice: alphabet, then training)."""
     from .tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
 
     if isinstance(merges, bool) or not isinstance(merges, int) or merges < 1:
         raise ValueError(f"`merges` must be a positive integer, got {merges!r}.")
     language_tags = list(language_tags)
     alphabet = {"\u2581"}  # Metaspace turns spaces into "▁"
-    for sentence in corpus_sentences(corpora, languages):
+    for sentence in sentences():
         alphabet.update(sentence)
     alphabet.discard(" ")
     vocab_size = len(SPECIAL_TOKENS) + len(language_tags) + len(alphabet) + merges
-    return train_joint_bpe_tokenizer(corpus_sentences(corpora, languages), vocab_size, language_tags,
+    return train_joint_bpe_tokenizer(sentences(), vocab_size, language_tags,
                                      min_frequency=min_frequency, model_max_length=model_max_length)
 
 
@@ -320,4 +327,4 @@ def _load_hub_corpus(name: str, languages: tuple[str, str], split: str, max_pair
     return kept
 
 __all__ = ["load_parallel_corpus", "tokenize_pairs", "filter_long_pairs", "pairs_to_dataset", "hub_corpus_location",
-           "train_corpus_tokenizer", "corpus_sentences"]
+           "train_corpus_tokenizer", "train_sentence_tokenizer", "corpus_sentences"]

@@ -208,6 +208,16 @@ class EvaluationArguments:
     add_language_tag: bool = field(default=False, metadata={
         "help": "Prefix sources with the <2xx> target tag (models trained with --add_language_tag)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Load a model whose code is not installed."})
+    language_pairs: str | None = field(default=None, metadata={"help": (
+        "Multilingual: decode every direction of 'en-de,de-en,de-fr,...' (or 'all') in one call, with tags; "
+        "writes DIRECTION/hypotheses.txt and one results.json with `directions` and `averages`.")})
+    average_subset: str | None = field(default=None, metadata={"help": (
+        "Multilingual: a further average over these directions (the papers' 'BLEU4' style), e.g. 'en-de,de-en'.")})
+    baseline_results: str | None = field(default=None, metadata={"help": (
+        "Multilingual: a baseline run's results.json (its DIRECTION/hypotheses.txt beside it): the win ratio "
+        "and a paired bootstrap p-value per direction.")})
+    off_target: bool = field(default=True, metadata={"help": (
+        "Multilingual: report the share of outputs not in the target language (needs py3langid).")})
 
 
 def run_evaluation(args: EvaluationArguments) -> dict:
@@ -218,6 +228,10 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     """
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+    if args.language_pairs:
+        from .multilingual import evaluate_directions
+
+        return evaluate_directions(args)
     sources, references = _read_test_set(args)
     baseline = read_lines(args.baseline_hypotheses) if args.baseline_hypotheses else None
     if baseline is not None:

@@ -48,6 +48,14 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from .batching import TokenBatchSampler
 from .checkpoints import complete_checkpoints
 from .data import load_parallel_corpus, tokenize_pairs
+from .multilingual import (
+    TemperatureTokenBatchSampler,
+    load_multilingual_corpus,
+    pair_name,
+    parse_sources,
+    split_by_direction,
+    tokenize_directions,
+)
 from .tokenization_dwlstm import tokenizer_model_kwargs
 
 logger = logging.getLogger(__name__)
@@ -72,8 +80,16 @@ class DataArguments:
 
     dataset: str = field(metadata={"help": (
         "'wmt14', 'wmt15', 'opus100', another Hub id, a folder of {split}.{lang}[.gz] files, or a .jsonl file.")})
-    source_lang: str = field(metadata={"help": "Source language code, e.g. 'en'."})
-    target_lang: str = field(metadata={"help": "Target language code, e.g. 'de'."})
+    source_lang: str | None = field(default=None, metadata={"help": "Source language code, e.g. 'en'."})
+    target_lang: str | None = field(default=None, metadata={"help": "Target language code, e.g. 'de'."})
+    language_pairs: str | None = field(default=None, metadata={"help": (
+        "Multilingual: the directions to train, e.g. 'en-de,de-en,en-fr,fr-en', or 'all' (every ordered pair of "
+        "the corpus's languages); replaces --source_lang/--target_lang and puts the <2xx> tag on every source.")})
+    more_datasets: list[str] | None = field(default=None, metadata={"help": (
+        "Multilingual: further sources with their pairs, each 'SOURCE=PAIRS', e.g. 'opus100=en-fr,fr-en'.")})
+    sampling_temperature: float = field(default=1.0, metadata={"help": (
+        "Multilingual: direction i is drawn with probability ~ (n_i / N)^(1/T); 1 = proportional to the data, "
+        "5 = the common OPUS-100 setting.")})
     train_split: str = field(default="train", metadata={"help": "Training split (file prefix for a folder)."})
     validation_split: str | None = field(default=None, metadata={"help": (
         "Validation split ('validation' on the Hub, 'val' for Multi30k); none by default.")})
@@ -127,18 +143,25 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     `SkipBatchSampler` the Trainer wraps around it when it resumes mid-epoch).
     """
 
-    def __init__(self, *args, max_tokens: int, **kwargs):
+    def __init__(self, *args, max_tokens: int, sampling_temperature: float = 1.0, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
+        self.sampling_temperature = sampling_temperature
 
     def get_train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
         source_lengths, target_lengths = token_lengths(self.train_dataset)
-        sampler = TokenBatchSampler(
-            source_lengths, target_lengths, self.max_tokens, num_replicas=self.args.world_size,
-            rank=self.args.process_index, seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
-        )
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        if "direction" in self.train_dataset.column_names:  # multilingual: temperature sampling over directions
+            sampler = TemperatureTokenBatchSampler(
+                source_lengths, target_lengths, self.train_dataset["direction"], self.max_tokens,
+                temperature=self.sampling_temperature, num_replicas=self.args.world_size,
+                rank=self.args.process_index, seed=seed,
+            )
+        else:
+            sampler = TokenBatchSampler(source_lengths, target_lengths, self.max_tokens,
+                                        num_replicas=self.args.world_size, rank=self.args.process_index, seed=seed)
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
         return EpochDataLoader(
             dataset, batch_sampler=sampler, collate_fn=self.data_collator,
@@ -304,6 +327,10 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
     resume = _resolve_resume(training_args)
     _log_to_file(training_args)
     set_seed(training_args.seed)
+    if data_args.language_pairs:
+        return _train_multilingual(model_args, data_args, training_args, resume, callbacks)
+    if not data_args.source_lang or not data_args.target_lang:
+        raise ValueError("Pass --source_lang and --target_lang (one direction), or --language_pairs (several).")
     language_pair = f"{data_args.source_lang}-{data_args.target_lang}"
     model, tokenizer = build_model_and_tokenizer(model_args, language_pair)
     with training_args.main_process_first(desc="loading and tokenizing the data"):
@@ -315,6 +342,36 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
                 data_args, tokenizer, data_args.validation_split or "validation",
                 data_args.validation_dataset or data_args.dataset, data_args.max_validation_pairs, None,
             )
+    return _train(model, tokenizer, train_dataset, eval_dataset, data_args, training_args, resume, callbacks,
+                  data_args.target_lang)
+
+
+def _train_multilingual(model_args, data_args, training_args, resume, callbacks):
+    """Many directions at once: tagged sources, temperature sampling, a validation loss per direction."""
+    if data_args.source_lang or data_args.target_lang:
+        raise ValueError("--language_pairs replaces --source_lang/--target_lang: pass one or the other.")
+    if data_args.validation_dataset:
+        raise ValueError("--validation_dataset is for one direction; multilingual validation reads "
+                         "--validation_split of each training source.")
+    model, tokenizer = build_model_and_tokenizer(model_args)
+    with training_args.main_process_first(desc="loading and tokenizing the data"):
+        sources = parse_sources(data_args.dataset, data_args.language_pairs, data_args.more_datasets or (),
+                                data_args.train_split)
+        names = [pair_name(direction) for _, directions in sources for direction in directions]
+        model.config.language_pairs = list(dict.fromkeys([*model.config.language_pairs, *names]))
+
+        def load(split, max_pairs, max_length):
+            corpus = load_multilingual_corpus(sources, split, max_pairs=max_pairs, hub_config=data_args.hub_config)
+            return tokenize_directions(corpus, tokenizer, max_length, num_proc=data_args.preprocessing_num_workers)
+
+        train_dataset = load(data_args.train_split, data_args.max_train_pairs, data_args.max_length)
+        eval_dataset = None
+        if data_args.validation_split:
+            eval_dataset = split_by_direction(load(data_args.validation_split, data_args.max_validation_pairs, None))
+    return _train(model, tokenizer, train_dataset, eval_dataset, data_args, training_args, resume, callbacks, None)
+
+
+def _train(model, tokenizer, train_dataset, eval_dataset, data_args, training_args, resume, callbacks, target_lang):
     if data_args.target_tokens_per_update:
         training_args.gradient_accumulation_steps = gradient_accumulation_for(
             data_args.target_tokens_per_update, data_args.max_tokens, training_args.world_size)
@@ -328,8 +385,9 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
     trainer = TokenBatchSeq2SeqTrainer(
         model=model, args=training_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
         processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
-        compute_metrics=bleu_metric(tokenizer, data_args.target_lang) if data_args.validation_bleu else None,
+        compute_metrics=bleu_metric(tokenizer, target_lang) if data_args.validation_bleu else None,
         callbacks=[ReadableLogCallback(), *(callbacks or [])], max_tokens=data_args.max_tokens,
+        sampling_temperature=data_args.sampling_temperature,
     )
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model()

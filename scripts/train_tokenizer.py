@@ -3,28 +3,37 @@
     python scripts/train_tokenizer.py --dataset wmt14 --source_lang en --target_lang de --output_dir tok-wmt14-ende
     python scripts/train_tokenizer.py --dataset ../shared/data/multi30k --source_lang en --target_lang de \\
         --merges 8000 --output_dir tok-multi30k
+Multilingual (one BPE over every language, a <2xx> tag reserved per target language):
+    python scripts/train_tokenizer.py --dataset ../shared/data/multi30k --language_pairs en-de,de-en,en-fr,fr-en \\
+        --sampling_temperature 5 --merges 8000 --output_dir tok-multi30k-m2m
 
 The result loads with `AutoTokenizer.from_pretrained(output_dir)` and is what `train_translation.py
---tokenizer_name_or_path` expects. 32k merges by default (the papers). `--language_tags <2de> <2fr> ...`
-reserves target-language tags as special tokens, for multilingual models trained with
-`--add_language_tag`; a bilingual model's tokenizer has none (the translation pipeline prepends a tag
-whenever the tokenizer has one).
+--tokenizer_name_or_path` expects. 32k merges by default (the papers). With `--language_pairs` the BPE is
+trained on a temperature-balanced sample of each language's sentences (`multilingual.balanced_sentences`), so
+that small languages get their merges. `--language_tags <2de> <2fr> ...` reserves further tags; a bilingual
+model's tokenizer has none (the translation pipeline prepends a tag whenever the tokenizer has one).
 """
 
 import argparse
 import logging
 
-from modeling_dwlstm.data import load_parallel_corpus, train_corpus_tokenizer
+from modeling_dwlstm.data import load_parallel_corpus, train_corpus_tokenizer, train_sentence_tokenizer
+from modeling_dwlstm.multilingual import balanced_sentences, language_tag, load_multilingual_corpus, parse_sources
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", required=True, help="Hub name (wmt14, wmt15, opus100), folder or .jsonl file.")
-    parser.add_argument("--source_lang", required=True)
-    parser.add_argument("--target_lang", required=True)
+    parser.add_argument("--source_lang")
+    parser.add_argument("--target_lang")
+    parser.add_argument("--language_pairs", help="Multilingual: 'en-de,de-en,...' or 'all' (instead of the two above).")
+    parser.add_argument("--more_datasets", nargs="*", default=[], help="Further sources, each 'SOURCE=PAIRS'.")
+    parser.add_argument("--sampling_temperature", type=float, default=5.0,
+                        help="Multilingual: languages sampled ~ (share)^(1/T) for the BPE (1 = as in the data).")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the multilingual sample.")
     parser.add_argument("--split", default="train")
     parser.add_argument("--hub_config", default=None, help="Hub dataset configuration, if not the pair's.")
-    parser.add_argument("--max_pairs", type=int, default=None, help="Train on the first N pairs only.")
+    parser.add_argument("--max_pairs", type=int, default=None, help="Train on the first N pairs (per direction) only.")
     parser.add_argument("--merges", type=int, default=32000, help="BPE merges (papers: 32000).")
     parser.add_argument("--min_frequency", type=int, default=2)
     parser.add_argument("--language_tags", nargs="*", default=[], help="Tags to reserve for a multilingual model, e.g. <2de> <2fr>.")
@@ -33,12 +42,24 @@ def main(argv=None):
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    languages = [args.source_lang, args.target_lang]
-    corpus = load_parallel_corpus(args.dataset, *languages, split=args.split, max_pairs=args.max_pairs,
-                                  hub_config=args.hub_config)
-    tags = list(dict.fromkeys(args.language_tags))  # unique, in order
-    tokenizer = train_corpus_tokenizer([corpus], languages, merges=args.merges, language_tags=tags,
-                                       min_frequency=args.min_frequency, model_max_length=args.model_max_length)
+    settings = {"merges": args.merges, "min_frequency": args.min_frequency, "model_max_length": args.model_max_length}
+    if args.language_pairs:
+        if args.source_lang or args.target_lang:
+            parser.error("--language_pairs replaces --source_lang/--target_lang: pass one or the other.")
+        sources = parse_sources(args.dataset, args.language_pairs, args.more_datasets, args.split)
+        corpus = load_multilingual_corpus(sources, args.split, max_pairs=args.max_pairs, hub_config=args.hub_config)
+        targets = sorted({target for _, directions in sources for _, target in directions})
+        tags = list(dict.fromkeys([language_tag(target) for target in targets] + args.language_tags))
+        sentences = balanced_sentences(corpus, args.sampling_temperature, args.seed)
+        tokenizer = train_sentence_tokenizer(lambda: iter(sentences), language_tags=tags, **settings)
+    else:
+        if not args.source_lang or not args.target_lang:
+            parser.error("Pass --source_lang and --target_lang, or --language_pairs.")
+        languages = [args.source_lang, args.target_lang]
+        corpus = load_parallel_corpus(args.dataset, *languages, split=args.split, max_pairs=args.max_pairs,
+                                      hub_config=args.hub_config)
+        tags = list(dict.fromkeys(args.language_tags))  # unique, in order
+        tokenizer = train_corpus_tokenizer([corpus], languages, language_tags=tags, **settings)
     tokenizer.save_pretrained(args.output_dir)
     logging.info("Saved a %d-token joint BPE tokenizer (%d pairs of %s) to %s.", len(tokenizer), len(corpus),
                  args.dataset, args.output_dir)
