@@ -34,6 +34,7 @@ DIRECT_LANGUAGES = ("ar", "cs", "de", "fr", "ja", "nl", "ru", "uk", "zh")
 PIVOT_LANGUAGE = "en"
 
 LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(?:_[A-Za-z0-9]+)*")  # en, yue, zh_Hant: as in the tokenizer's <2xx> tags
+LANGUAGE_TAG = re.compile(r"<2[A-Za-z]{2,3}(?:_[A-Za-z0-9]+)*>")
 TASK_LANGUAGES = re.compile(r"translation_(?P<src>.+?)_to_(?P<tgt>.+)")
 
 
@@ -45,7 +46,14 @@ class TranslationPipeline(Pipeline):
     (`num_beams`, `max_new_tokens`, `num_return_sequences`, ...) go to `generate()`. The target language
     comes from `tgt_lang` or from a task name like `translation_en_to_de`; when the tokenizer has a tag
     `<2xx>` for it, the tag is put in front of the source (multilingual models). `src_lang` matters only
-    for tokenizers that set language codes themselves (mBART, M2M100, NLLB), as in transformers 4.
+    for tokenizers that set language codes themselves (mBART, M2M100, NLLB), as in transformers 4, and for
+    checking a multilingual model's direction.
+
+    A multilingual model (its tokenizer reserves `<2xx>` tags, its config's `language_pairs` name several
+    target languages) needs a target language, and refuses with a
+    `ValueError` naming its languages and trained directions a target without a tag or a source outside its
+    languages; directions between two of its languages it was not trained on (zero-shot) are allowed. One
+    call may mix directions: give inputs as `{"text": ..., "tgt_lang": ..., "src_lang": ...}` dicts.
     """
 
     _pipeline_calls_generate = True
@@ -75,10 +83,17 @@ class TranslationPipeline(Pipeline):
         }
         return _without_none(preprocess_params), generate_kwargs, _without_none(postprocess_params)
 
-    def preprocess(self, text: str, src_lang=None, tgt_lang=None, truncation=False):
+    def preprocess(self, text: str | dict, src_lang=None, tgt_lang=None, truncation=False):
         """Tokenize one text, with the target-language tag in front when the tokenizer has one."""
+        if isinstance(text, dict):  # one input of a call that mixes directions
+            unknown = sorted(set(text) - {"text", "src_lang", "tgt_lang"})
+            if "text" not in text or unknown:
+                raise ValueError(f"A dict input looks like {{'text': ..., 'tgt_lang': 'de', 'src_lang': 'en'}}; got "
+                                 f"the keys {sorted(text)}.")
+            src_lang, tgt_lang, text = text.get("src_lang", src_lang), text.get("tgt_lang", tgt_lang), text["text"]
         task_src, task_tgt = languages_from_task(self.task)
         src_lang, tgt_lang = src_lang or task_src, tgt_lang or task_tgt
+        self._check_direction(src_lang, tgt_lang)
         if hasattr(self.tokenizer, "_build_translation_inputs"):  # mBART, M2M100, NLLB set language codes themselves
             return self.tokenizer._build_translation_inputs(
                 text, return_tensors="pt", truncation=truncation, src_lang=src_lang, tgt_lang=tgt_lang
@@ -107,6 +122,29 @@ class TranslationPipeline(Pipeline):
             )}
             for ids in model_outputs["output_ids"][0]
         ]
+
+    def _check_direction(self, src_lang: str | None, tgt_lang: str | None) -> None:
+        """For a multilingual model: a target with a tag, a source among the model's languages (see the class)."""
+        tagged = self._tagged_languages()
+        pairs = list(getattr(self.model.config, "language_pairs", None) or [])
+        if not tagged or len({pair.split("-")[-1] for pair in pairs}) < 2:
+            return  # one target language (a bilingual model): nothing to choose
+        languages = sorted(set(tagged) | {code for pair in pairs for code in pair.split("-")})
+        supported = (f"it translates into {sorted(tagged)} from {languages} (trained directions: {pairs or 'unknown'}; "
+                     "others between these languages are zero-shot)")
+        if tgt_lang is None:
+            raise ValueError(f"This multilingual model needs a target language: pass tgt_lang=... or use a task "
+                             f"like 'translation_en_to_{sorted(tagged)[0]}'; {supported}.")
+        if tgt_lang not in tagged:
+            raise ValueError(f"Unsupported target language {tgt_lang!r}: {supported}.")
+        if src_lang is not None and src_lang not in languages:
+            raise ValueError(f"Unsupported source language {src_lang!r}: {supported}.")
+
+    def _tagged_languages(self) -> list[str]:
+        """The languages whose `<2xx>` tag the tokenizer reserves (read once)."""
+        if not hasattr(self, "_tagged"):
+            self._tagged = [token[2:-1] for token in self.tokenizer.get_vocab() if LANGUAGE_TAG.fullmatch(token)]
+        return self._tagged
 
     def _language_tag_id(self, language: str | None) -> int | None:
         """Id of the tokenizer's `<2xx>` tag for `language`, or None where it has none."""
