@@ -86,6 +86,10 @@ def model_card(
     languages = list(dict.fromkeys(code for pair in pairs for code in pair.split("-")))
     name = repo_id or "path/to/model"
     task = f"translation_{pairs[0].replace('-', '_to_')}" if pairs else "translation"
+    example = '"A man rides a horse.", num_beams=4'
+    if len({pair.split("-")[1] for pair in pairs}) > 1:  # multilingual: the direction is chosen per call
+        task, example = "translation", f'"A man rides a horse.", src_lang="{pairs[0].split("-")[0]}", ' \
+            f'tgt_lang="{pairs[0].split("-")[1]}", num_beams=4'
     metadata = {
         "language": languages or None,
         "license": license,
@@ -112,7 +116,7 @@ def model_card(
         f'tokenizer = AutoTokenizer.from_pretrained("{name}")',
         f'model = AutoModelForSeq2SeqLM.from_pretrained("{name}", trust_remote_code=True)',
         f'translator = pipeline("{task}", model="{name}", trust_remote_code=True)',
-        'print(translator("A man rides a horse.", num_beams=4))', "```", "",
+        f'print(translator({example}))', "```", "",
         "## Citation", "", "```bibtex", *"\n\n".join(CITATIONS.get(config.model_type, CITATIONS["dwlstm"])).split("\n"),
         "```", "",
     ]
@@ -155,14 +159,19 @@ def read_results(path: str | os.PathLike) -> dict:
         results = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"Cannot read evaluation results from {path}: {error}") from error
-    if not isinstance(results, dict) or "sacrebleu" not in results:
-        raise ValueError(f"{path} is not a results.json of scripts/evaluate_translation.py (no `sacrebleu`).")
+    if not isinstance(results, dict) or ("sacrebleu" not in results and "directions" not in results):
+        raise ValueError(f"{path} is not a results.json of scripts/evaluate_translation.py (no `sacrebleu` and no "
+                         "`directions`).")
     return results
 
 
 def _results_lines(results: Mapping) -> list[str]:
     test_set = results.get("test_set") or "test set"
     split = f" ({results['split']})" if results.get("split") else ""
+    if "directions" in results:  # a multilingual evaluation: one row per direction, then the group averages
+        from .multilingual import results_table
+
+        return [f"On {test_set}{split}, beam {results.get('num_beams', '?')}:", "", *results_table(results), ""]
     lines = [
         (f"On {test_set}{split}, {results.get('sentences', '?')} sentences, beam {results.get('num_beams', '?')}, "
          f"length penalty {results.get('length_penalty', '?')}:"), "",

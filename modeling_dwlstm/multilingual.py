@@ -356,7 +356,7 @@ __all__ = [
     "language_tag", "tag_source", "parse_language_pairs", "parse_sources", "corpus_languages",
     "load_multilingual_corpus", "tokenize_directions", "balanced_sentences", "split_by_direction", "temperature_probabilities",
     "temperature_counts", "TemperatureTokenBatchSampler", "direction_groups", "group_averages", "win_ratio",
-    "LanguageIdentifier", "off_target_rate", "evaluate_directions",
+    "LanguageIdentifier", "off_target_rate", "evaluate_directions", "results_table",
 ]
 
 
@@ -449,3 +449,38 @@ def _read_baseline(path: str, names: Sequence[str]) -> dict[str, Path]:
     if missing:
         raise ValueError(f"--baseline_results {path} lacks the directions {missing}; it has {sorted(evaluated)}.")
     return files
+
+
+def results_table(results: Mapping, baseline: Mapping | None = None) -> list[str]:
+    """Markdown lines: one row per direction of a multilingual results.json, then one per group average.
+
+    With `baseline` (another results.json of the same directions) each row adds its sacreBLEU and the paired
+    bootstrap p-value stored in `results` (evaluated with --baseline_results).
+    """
+    with_baseline = baseline is not None
+    header = "| direction | sacreBLEU | chrF | off-target |" + (" baseline sacreBLEU | p (bootstrap) |" if with_baseline
+                                                               else "")
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+
+    def cell(value, percent=False):
+        if value is None:
+            return "-"
+        return f"{100 * value:.1f}%" if percent else f"{value:.2f}"
+
+    for name, scores in results["directions"].items():
+        row = [name, cell(scores["sacrebleu"]), cell(scores["chrf"]), cell(scores.get("off_target_rate"), True)]
+        if with_baseline:
+            bootstrap = scores.get("paired_bootstrap", {})
+            row += [cell(baseline["directions"][name]["sacrebleu"]), cell(bootstrap.get("p_value"))]
+        lines.append("| " + " | ".join(row) + " |")
+    for group, scores in results["averages"].items():
+        row = [f"**{group.replace('_', ' ')}** ({scores['directions']})", cell(scores.get("sacrebleu")),
+               cell(scores.get("chrf")), cell(scores.get("off_target_rate"), True)]
+        if with_baseline:
+            row += [cell(baseline["averages"].get(group, {}).get("sacrebleu")), ""]
+        lines.append("| " + " | ".join(row) + " |")
+    if "win_ratio" in results:
+        ratio = results["win_ratio"]
+        lines += ["", f"Win ratio over the baseline ({ratio['metric']}): {ratio['wins']} of {ratio['directions']} "
+                      f"directions ({ratio['win_ratio']:.2f}), {ratio['ties']} ties."]
+    return lines

@@ -50,3 +50,4 @@ evaluate dwlstm-m2m $SUPERVISED,$ZERO_SHOT test --baseline_results "$OUT/residua
     --average_subset en-de,de-en &
 evaluate dwlstm-ende en-de test --off_target false &
 wait
+$PY scripts/results_table.py "$OUT/dwlstm-m2m/test/results.json" --baseline "$OUT/residual-m2m/test/results.json" > "$OUT/table.md"

@@ -401,3 +401,19 @@ def test_paired_bootstrap_against_a_clearly_worse_system():
     worse = ["the the the"] * 30
     result = paired_bootstrap(references, worse, references, num_samples=100)
     assert result["p_value"] == 0.0 and result["system_bleu"] == 100.0
+
+
+def test_model_card_lists_languages_and_per_direction_results(saved_model, tmp_path):
+    from modeling_dwlstm.hub import model_card, read_results
+
+    directions = {name: {"sacrebleu": bleu, "chrf": 50.0, "off_target_rate": off}
+                  for name, bleu, off in [("en-de", 30.0, 0.01), ("de-fr", 9.5, 0.25)]}
+    results = {"test_set": "multi30k", "split": "test_2016_flickr", "num_beams": 4, "directions": directions,
+               "averages": group_averages(directions, direction_groups(list(directions)))}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    card = model_card(AutoModelForSeq2SeqLM.from_pretrained(saved_model), "Multi30k", read_results(
+        tmp_path / "results.json"), repo_id="user/m2m")
+    assert 'language:\n- "en"\n- "de"\n- "fr"\n' in card
+    assert "| en-de | 30.00 | 50.00 | 1.0% |" in card and "| de-fr | 9.50 | 50.00 | 25.0% |" in card
+    assert "| **zero shot** (1) | 9.50 |" in card
+    assert 'translator("A man rides a horse.", src_lang="en", tgt_lang="de", num_beams=4)' in card
