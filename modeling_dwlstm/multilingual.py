@@ -347,7 +347,7 @@ def off_target_rate(hypotheses: Sequence[str], target_lang: str, identifier: Lan
     """Share of the non-empty `hypotheses` not identified as `target_lang` (an empty output counts as off target)."""
     if not hypotheses:
         raise ValueError("No hypotheses to check.")
-    languages = identifier.classify([text if text.strip() else "" for text in hypotheses])
+    languages = identifier.classify(hypotheses)
     off = sum(1 for text, language in zip(hypotheses, languages) if not text.strip() or language != target_lang)
     return round(off / len(hypotheses), 4)
 

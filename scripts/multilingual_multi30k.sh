@@ -11,7 +11,7 @@
 set -euo pipefail
 DATA=${DATA:-/work/shared/data/multi30k}
 OUT=${OUT:-runs/m30k}
-STEPS=${STEPS:-400}
+STEPS=${STEPS:-300}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 SUPERVISED=en-de,de-en,en-fr,fr-en,en-cs,cs-en
@@ -31,7 +31,7 @@ train() {  # name, hub config, pairs
         --validation_split val --max_validation_pairs 200 --max_tokens 2048 --max_steps "$STEPS" \
         --warmup_steps 200 --learning_rate 1.5e-3 --logging_steps 25 --save_steps 100 --save_total_limit 2 \
         --eval_strategy steps --eval_steps 200 --disable_tqdm true --output_dir "$OUT/$1" "${resume[@]}" \
-        > "$OUT/$1.log" 2>&1
+        >> "$OUT/$1.log" 2>&1
 }
 
 evaluate() {  # name, pairs, output, extra arguments
