@@ -43,11 +43,13 @@ evaluate() {  # name, pairs, output, extra arguments
 train dwlstm-m2m hub_configs/dwlstm-base-6l.json $SUPERVISED &
 train residual-m2m hub_configs/residual-prenorm-base-6l.json $SUPERVISED &
 wait
-evaluate residual-m2m $SUPERVISED,$ZERO_SHOT test &
+{
+    evaluate residual-m2m $SUPERVISED,$ZERO_SHOT test
+    evaluate dwlstm-m2m $SUPERVISED,$ZERO_SHOT test --baseline_results "$OUT/residual-m2m/test/results.json" \
+        --average_subset en-de,de-en
+} &
 train dwlstm-ende hub_configs/dwlstm-base-6l.json en-de &
 wait
-evaluate dwlstm-m2m $SUPERVISED,$ZERO_SHOT test --baseline_results "$OUT/residual-m2m/test/results.json" \
-    --average_subset en-de,de-en &
-evaluate dwlstm-ende en-de test --off_target false &
-wait
-$PY scripts/results_table.py "$OUT/dwlstm-m2m/test/results.json" --baseline "$OUT/residual-m2m/test/results.json" > "$OUT/table.md"
+evaluate dwlstm-ende en-de test --off_target false
+$PY scripts/results_table.py "$OUT/dwlstm-m2m/test/results.json" --baseline "$OUT/residual-m2m/test/results.json" \
+    > "$OUT/table.md"
