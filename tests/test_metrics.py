@@ -10,6 +10,7 @@ import evaluate
 import numpy as np
 import pytest
 import sacrebleu
+from conftest import WITHOUT_PACKAGE
 from hub_server import LoopbackHub
 from transformers import EvalPrediction
 
@@ -122,6 +123,16 @@ def test_evaluate_load_of_the_local_path_needs_no_network(tmp_path, where):
                             check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == score_translations(HYPOTHESES, REFERENCES)
+
+
+def test_without_the_package_the_module_says_what_to_install(tmp_path):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
+    env.update(HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, "-c", WITHOUT_PACKAGE + LOAD_AND_SCORE, translation_metric_path(),
+                             json.dumps(HYPOTHESES), json.dumps(REFERENCES)],
+                            check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "computes its scores with the modeling_dwlstm package: install it" in result.stderr
 
 
 # --- compute_metrics for Seq2SeqTrainer ------------------------------------------------------------------------
