@@ -18,7 +18,7 @@
   ``resume_from_checkpoint`` ("last" or a path) continues a killed run exactly (same weights as an
   uninterrupted run); each checkpoint is written under ``output_dir/.incomplete/`` and renamed into place
   when complete;
-- optionally reports validation loss and BLEU (`evaluation.score_translations`) every `eval_steps`;
+- optionally reports validation loss and BLEU (`metrics.translation_compute_metrics`) every `eval_steps`;
 - saves the final model, tokenizer and generation config in `output_dir`.
 """
 
@@ -48,6 +48,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from .batching import TokenBatchSampler
 from .checkpoints import complete_checkpoints
 from .data import load_parallel_corpus, tokenize_pairs
+from .metrics import translation_compute_metrics
 from .tokenization_dwlstm import tokenizer_model_kwargs
 
 logger = logging.getLogger(__name__)
@@ -274,23 +275,6 @@ def load_tokenized_split(data_args: DataArguments, tokenizer, split: str, source
                           add_language_tag=data_args.add_language_tag, num_proc=data_args.preprocessing_num_workers)
 
 
-def bleu_metric(tokenizer, target_lang: str):
-    """`compute_metrics` for predict_with_generate: the scores of `evaluation.score_translations`."""
-    import numpy as np
-
-    from .evaluation import score_translations  # sacrebleu is needed only when BLEU is asked for
-
-    def compute(prediction):
-        hypotheses, references = (
-            tokenizer.batch_decode(np.where(ids == -100, tokenizer.pad_token_id, ids), skip_special_tokens=True)
-            for ids in (prediction.predictions, prediction.label_ids)
-        )
-        scores = score_translations(hypotheses, references, target_lang)
-        return {"bleu": scores["sacrebleu"], "tokenized_bleu": scores["tokenized_bleu"], "chrf": scores["chrf"]}
-
-    return compute
-
-
 def train_translation(model_args: ModelArguments, data_args: DataArguments, training_args: TranslationTrainingArguments,
                       callbacks: list[TrainerCallback] | None = None) -> TokenBatchSeq2SeqTrainer:
     """Train (or resume) a translation model and save it in `training_args.output_dir`; return the Trainer.
@@ -328,7 +312,8 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
     trainer = TokenBatchSeq2SeqTrainer(
         model=model, args=training_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
         processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
-        compute_metrics=bleu_metric(tokenizer, data_args.target_lang) if data_args.validation_bleu else None,
+        compute_metrics=translation_compute_metrics(tokenizer, target_lang=data_args.target_lang)
+        if data_args.validation_bleu else None,
         callbacks=[ReadableLogCallback(), *(callbacks or [])], max_tokens=data_args.max_tokens,
     )
     result = trainer.train(resume_from_checkpoint=resume)
