@@ -64,18 +64,20 @@ def last_checkpoints(run_dir: str | Path, count: int) -> list[Path]:
     return checkpoints[-count:]
 
 
-def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str | Path) -> Path:
+def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str | Path, overwrite: bool = False) -> Path:
     """Write the element-wise mean of the checkpoints' weights as a loadable model directory; return it.
 
     Every checkpoint must hold the same parameters with the same shapes (the same model at different
     steps). Means are accumulated in float64 and stored in each parameter's own dtype. Non-weight files
-    (config, generation config, tokenizer, code) come from the last checkpoint in `checkpoint_dirs`.
+    (config, generation config, tokenizer, code) come from the last checkpoint in `checkpoint_dirs`. Each
+    checkpoint is verified against its checksum manifest and refused if not finite; an existing `output_dir`
+    is refused unless `overwrite` (it is then replaced once the new model is complete).
     """
     checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
     if not checkpoint_dirs:
         raise ValueError("`checkpoint_dirs` is empty: give at least one checkpoint to average.")
     output_dir = Path(output_dir)
-    with atomic_directory(output_dir) as staging:  # created first: an unwritable place fails before the work
+    with atomic_directory(output_dir, replace=overwrite) as staging:  # created first: an unwritable place fails before the work
         total, dtypes, reference = None, None, checkpoint_dirs[0]
         for checkpoint in checkpoint_dirs:
             verify_checksums(checkpoint)
@@ -157,6 +159,15 @@ def check_saved_model_folder(folder: Path) -> None:
                              "checkpoint.") from error
 
 
+def save_pretrained_atomically(saveable, output_dir) -> Path:
+    """`saveable.save_pretrained` (a tokenizer, a model) into a staging folder that then replaces `output_dir`,
+    with a checksum manifest: readers see the old folder or the complete new one, never a mix."""
+    with atomic_directory(output_dir, replace=True) as staging:
+        saveable.save_pretrained(staging)
+        write_checksums(staging)
+    return Path(output_dir)
+
+
 def load_saved_model(name_or_path, what: str = "--model", trust_remote_code: bool = False, **kwargs):
     """`AutoModelForSeq2SeqLM.from_pretrained` after `check_saved_model_folder` (local folders), refusing
     non-finite weights. `what` names the argument in errors."""
@@ -217,4 +228,5 @@ __all__ = [
     "check_saved_model_folder",
     "load_saved_model",
     "load_saved_tokenizer",
+    "save_pretrained_atomically",
 ]
