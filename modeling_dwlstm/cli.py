@@ -19,8 +19,17 @@ def exit_on_error(function: Callable, *args, **kwargs):
         if not is_no_space_error(error):
             raise
         message = error.strerror or error
+    _close_progress_bars()
     print(f"error: {message}", file=sys.stderr)
     sys.exit(1)
+
+
+def _close_progress_bars():
+    """A bar left open by the error would be redrawn after the message, hiding it."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 __all__ = ["exit_on_error"]

@@ -84,7 +84,7 @@ class TranslationPipeline(Pipeline):
 
     def _empty_translations(self, kwargs) -> list[dict]:
         """What an empty text translates to: as many empty records as `num_return_sequences` asks for."""
-        count = kwargs.get("num_return_sequences") or getattr(self.generation_config, "num_return_sequences", None) or 1
+        count = kwargs.get("num_return_sequences") or self.model.generation_config.num_return_sequences or 1
         if kwargs.get("return_tensors"):
             return [{"translation_token_ids": torch.zeros(0, dtype=torch.long)} for _ in range(count)]
         return [{"translation_text": ""} for _ in range(count)]

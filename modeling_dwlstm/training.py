@@ -227,7 +227,7 @@ class QuietProgressCallback(ProgressCallback):
 
 
 class TimeEstimateCallback(TrainerCallback):
-    """Say once, after the first `MEASURED_STEPS` updates, how long the whole run will take."""
+    """Say once, after the first `MEASURED_STEPS` updates (fewer in a short run), how long the run will take."""
 
     MEASURED_STEPS = 10
 
@@ -239,9 +239,10 @@ class TimeEstimateCallback(TrainerCallback):
             self.start, self.first_step = time.perf_counter(), state.global_step
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.start is None or state.global_step != self.first_step + self.MEASURED_STEPS:
+        measured = max(1, min(self.MEASURED_STEPS, (state.max_steps - self.first_step) // 2))  # short runs too
+        if self.start is None or state.global_step != self.first_step + measured:
             return
-        per_step = (time.perf_counter() - self.start) / self.MEASURED_STEPS
+        per_step = (time.perf_counter() - self.start) / measured
         remaining = per_step * (state.max_steps - state.global_step)
         if state.is_world_process_zero:
             logger.info("%.2f s per update: the remaining %d updates take about %s.%s", per_step,
