@@ -30,7 +30,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from .batching import pack_by_tokens
-from .files import atomic_write_json, atomic_write_text, prepare_output_dir, read_lines
+from .files import atomic_write_json, atomic_write_text, prepare_output_dir, read_lines, set_threads
 
 logger = logging.getLogger(__name__)
 
@@ -237,8 +237,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     """
     from .checkpoints import load_saved_model, load_saved_tokenizer
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     sources, references = _read_test_set(args)
     empty = [number for number, source in enumerate(sources, start=1) if not source.strip()]
     if empty:

@@ -120,6 +120,17 @@ def prepare_output_dir(path: str | os.PathLike, overwrite: bool = False, flag: s
     return path
 
 
+def set_threads(threads: int | None) -> None:
+    """`--threads`: torch's CPU threads, or torch's default for None."""
+    import torch
+
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"--threads must be a positive number of CPU threads, got {threads!r}.")
+    torch.set_num_threads(threads)
+
+
 def is_no_space_error(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
 
@@ -175,6 +186,8 @@ def looks_like_hub_id(name: str) -> bool:
 def check_local_or_hub(name: str | os.PathLike, what: str) -> None:
     """Refuse a `name` that is meant as a local folder but does not exist, before transformers asks the Hub
     (a typo in a path would otherwise become a Hub lookup, which can take a minute to time out)."""
+    if Path(name).is_file():
+        raise ValueError(f"{what} {name} is a file; give the folder that holds the saved model or tokenizer.")
     if Path(name).exists() or looks_like_hub_id(str(name)):
         return
     raise ValueError(f"{what} {name}: no such folder (a Hub id looks like 'user/name'). Check the path.")

@@ -61,7 +61,14 @@ from .checkpoints import (
     load_saved_tokenizer,
 )
 from .data import load_parallel_corpus, tokenize_pairs
-from .files import atomic_write_json, is_no_space_error, prepare_output_dir, verify_checksums, write_checksums
+from .files import (
+    atomic_write_json,
+    is_no_space_error,
+    prepare_output_dir,
+    set_threads,
+    verify_checksums,
+    write_checksums,
+)
 from .tokenization_dwlstm import tokenizer_model_kwargs
 
 logger = logging.getLogger(__name__)
@@ -453,10 +460,9 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
     if training_args.label_smoothing_factor:
         raise ValueError("Leave --label_smoothing_factor at 0: the model applies its config's `label_smoothing`"
                          " (0.1 by default); set it with --config_overrides label_smoothing=...")
+    set_threads(model_args.threads)
     resume = _resolve_resume(training_args)
     _log_to_file(training_args)
-    if model_args.threads:
-        torch.set_num_threads(model_args.threads)
     set_seed(training_args.seed)
     language_pair = f"{data_args.source_lang}-{data_args.target_lang}"
     model, tokenizer = build_model_and_tokenizer(model_args, language_pair)

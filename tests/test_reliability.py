@@ -232,6 +232,16 @@ def test_paths_that_look_local_are_not_looked_up_on_the_hub(tmp_path, monkeypatc
         with pytest.raises(ValueError, match="no such folder"):
             check_local_or_hub(typo, "--model")
     check_local_or_hub("user/dwlstm-base", "--model")  # a Hub id passes on to transformers
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="config.json is a file; give the folder"):
+        load_saved_model(tmp_path / "config.json")
+
+
+@pytest.mark.parametrize("threads", [0, -2])
+def test_threads_must_be_positive(threads, tmp_path):
+    with pytest.raises(ValueError, match=f"--threads must be a positive number of CPU threads, got {threads}"):
+        run_evaluation(EvaluationArguments(model="unused", output_dir=str(tmp_path / "out"), threads=threads))
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_tokenizer_folder_missing_files_is_named(saved, tmp_path):
