@@ -355,6 +355,9 @@ def _resolve_resume(training_args: TranslationTrainingArguments) -> str | None:
     deletes the old run's checkpoints), and it must be writable.
     """
     requested = training_args.resume_from_checkpoint
+    if requested is not None and training_args.overwrite_output_dir:
+        raise ValueError("--resume_from_checkpoint continues the run in --output_dir, --overwrite_output_dir deletes "
+                         "it: give one of them.")
     checkpoints = complete_checkpoints(training_args.output_dir)
     existing = checkpoints[-1] if checkpoints else None
     if requested is None:

@@ -305,6 +305,8 @@ def test_training_refuses_a_folder_holding_a_finished_model(setup, tmp_path):
     with pytest.raises(ValueError, match=r"is not empty \(holds model.safetensors\).*--overwrite_output_dir"):
         train_translation(*arguments(setup, tmp_path, save_strategy="no"))
     assert (tmp_path / "model.safetensors").read_bytes() == b"finished model"
+    with pytest.raises(ValueError, match="give one of them"):
+        train_translation(*arguments(setup, tmp_path, overwrite_output_dir=True, resume_from_checkpoint="last"))
 
 
 def test_resuming_refuses_changed_settings_and_another_model_size(setup, tmp_path):
