@@ -242,6 +242,10 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     empty = [number for number, source in enumerate(sources, start=1) if not source.strip()]
     if empty:
         logger.warning("%d empty source line(s) (the first: line %d) get an empty translation.", len(empty), empty[0])
+    hypotheses_path = Path(args.output_dir) / "hypotheses.txt"
+    if args.baseline_hypotheses and Path(args.baseline_hypotheses).resolve() == hypotheses_path.resolve():
+        raise ValueError(f"--baseline_hypotheses {args.baseline_hypotheses} is the file this evaluation writes; "
+                         "give another --output_dir.")
     baseline = read_lines(args.baseline_hypotheses) if args.baseline_hypotheses else None
     if baseline is not None:
         _check_parallel(baseline, references, f"baseline hypotheses in {args.baseline_hypotheses}", "references")
@@ -274,7 +278,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
             "baseline": args.baseline_hypotheses,
             **paired_bootstrap(translations.hypotheses, baseline, references, num_samples=args.bootstrap_samples),
         }
-    write_lines(translations.hypotheses, Path(args.output_dir) / "hypotheses.txt")
+    write_lines(translations.hypotheses, hypotheses_path)
     write_json(results, Path(args.output_dir) / "results.json")
     return results
 

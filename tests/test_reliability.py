@@ -178,6 +178,9 @@ def test_evaluation_refuses_a_folder_with_another_systems_hypotheses_before_load
                                     source_file=str(tmp_path / "src"), reference_file=str(tmp_path / "src"))
     with pytest.raises(ValueError, match="not empty"):
         run_evaluation(arguments)
+    arguments.overwrite_output_dir, arguments.baseline_hypotheses = True, str(tmp_path / "eval" / "hypotheses.txt")
+    with pytest.raises(ValueError, match="is the file this evaluation writes; give another --output_dir"):
+        run_evaluation(arguments)
     assert (tmp_path / "eval" / "hypotheses.txt").read_text() == "baseline\n"
 
 
