@@ -18,6 +18,8 @@ from pathlib import Path
 
 from huggingface_hub import HfApi
 
+from .files import atomic_write_text
+
 # BibTeX of the papers behind each member; a member not listed cites the depth-wise LSTM papers.
 XU_2020 = """@article{xu2020transformer,
   title   = {Transformer with Depth-Wise {LSTM}},
@@ -136,6 +138,9 @@ def push_translation_model(
     """
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ValueError(f"`repo_id` must look like 'user/name', got {repo_id!r}.")
+    from .checkpoints import check_finite_weights
+
+    check_finite_weights(model, "The model to push")  # a diverged model must not reach the Hub
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
@@ -145,7 +150,7 @@ def push_translation_model(
         if missing:
             raise ValueError(f"save_pretrained wrote no {missing}: the pushed model could not be loaded without "
                              "this package. Build the model after `import modeling_dwlstm`.")
-        Path(folder, "README.md").write_text(card, encoding="utf-8")
+        atomic_write_text(Path(folder, "README.md"), card)
         return api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message)
 
 

@@ -14,7 +14,10 @@ whenever the tokenizer has one).
 import argparse
 import logging
 
+from modeling_dwlstm.checkpoints import save_pretrained_atomically
+from modeling_dwlstm.cli import exit_on_error
 from modeling_dwlstm.data import load_parallel_corpus, train_corpus_tokenizer
+from modeling_dwlstm.files import prepare_output_dir
 
 
 def main(argv=None):
@@ -30,8 +33,10 @@ def main(argv=None):
     parser.add_argument("--language_tags", nargs="*", default=[], help="Tags to reserve for a multilingual model, e.g. <2de> <2fr>.")
     parser.add_argument("--model_max_length", type=int, default=1024, help="The model's max_position_embeddings.")
     parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="Replace what --output_dir holds.")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before reading and training, not after
 
     languages = [args.source_lang, args.target_lang]
     corpus = load_parallel_corpus(args.dataset, *languages, split=args.split, max_pairs=args.max_pairs,
@@ -39,10 +44,10 @@ def main(argv=None):
     tags = list(dict.fromkeys(args.language_tags))  # unique, in order
     tokenizer = train_corpus_tokenizer([corpus], languages, merges=args.merges, language_tags=tags,
                                        min_frequency=args.min_frequency, model_max_length=args.model_max_length)
-    tokenizer.save_pretrained(args.output_dir)
+    save_pretrained_atomically(tokenizer, args.output_dir)
     logging.info("Saved a %d-token joint BPE tokenizer (%d pairs of %s) to %s.", len(tokenizer), len(corpus),
                  args.dataset, args.output_dir)
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_error(main)
