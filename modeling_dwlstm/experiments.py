@@ -141,13 +141,15 @@ def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | Non
     environment = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     done = []
     tokenizer = _tokenizer_stage(experiment, record_dir / "tokenizer", output_dir / "tokenizer.log", environment, done)
-    for run in selected:
-        for seed, run_id in zip(run.seeds, run.run_ids()):
-            if (record_dir / run_id / "record.json").is_file():
-                done.append(f"skip {run_id}")
-                continue
-            _run_stages(experiment, run, seed, run_id, tokenizer, output_dir / run_id, record_dir / run_id,
-                        environment, done)
+    # Seed-major order: an unfinished campaign has every run's first seed before any run's second.
+    jobs = sorted(((index, run, seed, run_id) for run in selected
+                   for index, (seed, run_id) in enumerate(zip(run.seeds, run.run_ids()))), key=lambda job: job[0])
+    for _, run, seed, run_id in jobs:
+        if (record_dir / run_id / "record.json").is_file():
+            done.append(f"skip {run_id}")
+            continue
+        _run_stages(experiment, run, seed, run_id, tokenizer, output_dir / run_id, record_dir / run_id,
+                    environment, done)
     missing = [run_id for run in experiment.runs for run_id in run.run_ids()
                if not (record_dir / run_id / "record.json").is_file()]
     if table and missing:
