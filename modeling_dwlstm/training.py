@@ -286,6 +286,23 @@ class ReadableLogCallback(TrainerCallback):
         logger.info(" | ".join(parts))
 
 
+class WallClockCallback(TrainerCallback):
+    """Adds `wall_time` (seconds of training so far, over every resumed part of the run) to each log event,
+    so that learning curves can be drawn against time. A resumed run continues from the last logged value;
+    the time between that log event and the interruption is not counted (that work is redone)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        logged = [entry["wall_time"] for entry in state.log_history if "wall_time" in entry]
+        self.offset = logged[-1] if logged else 0.0
+        self.start = time.monotonic()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        wall_time = round(self.offset + time.monotonic() - self.start, 2)
+        state.log_history[-1]["wall_time"] = wall_time  # the Trainer stored a copy of `logs` before calling back
+        if logs is not None:
+            logs["wall_time"] = wall_time
+
+
 def token_lengths(dataset) -> tuple[list[int], list[int]]:
     """Source and target token counts of a tokenized dataset, read from Arrow without decoding the ids."""
     import pyarrow.compute as pc
@@ -480,7 +497,7 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
         processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         compute_metrics=translation_compute_metrics(tokenizer, target_lang=data_args.target_lang)
         if data_args.validation_bleu else None,
-        callbacks=[ReadableLogCallback(), CheckpointRecordCallback(arguments), TimeEstimateCallback(),
+        callbacks=[WallClockCallback(), ReadableLogCallback(), CheckpointRecordCallback(arguments), TimeEstimateCallback(),
                    *(callbacks or [])],
         max_tokens=data_args.max_tokens,
     )
@@ -496,10 +513,11 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
         raise OSError(error.errno, _no_space_message(training_args.output_dir, trainer.state.global_step)) from error
     check_finite_weights(model, f"The model after step {trainer.state.global_step}")
     trainer.save_model()
-    if training_args.should_save:
-        write_checksums(training_args.output_dir)
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
+    trainer.save_state()  # trainer_state.json with the whole log history, beside the final model
+    if training_args.should_save:
+        write_checksums(training_args.output_dir)
     return trainer
 
 
