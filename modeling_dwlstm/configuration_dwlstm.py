@@ -18,7 +18,7 @@ WMT14 En-De setup (35,603 tokens). Invalid values raise ``ValueError`` naming th
 """
 
 import difflib
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 
 from transformers import PreTrainedConfig
 
@@ -46,6 +46,21 @@ def _check_depthwise_hidden(config):
         raise ValueError(f"`share_hidden` must be True or False, got {config.share_hidden!r}.")
     if config.lstm_hidden == "glu" and config.ffn_dim % 2:
         raise ValueError(f"`ffn_dim` must be even for lstm_hidden='glu' (GLU halves it), got {config.ffn_dim}.")
+
+
+@dataclass(frozen=True)
+class FamilyMember:
+    """Everything the package says about one member, declared once, as `MEMBER` in its modeling file.
+    `FAMILY` (Auto registration), `paper_configs` (hub_configs/) and the model card read it."""
+
+    config_class: type
+    model_class: type
+    generation_class: type
+    name: str  # the card's "A {name} translation model"
+    citations: tuple[str, ...]  # BibTeX entries
+    card_fields: tuple[str, ...] = ()  # the member's own config fields, shown after the shared ones
+    presets: dict = field(default_factory=dict)  # hub_configs/ name -> config fields (paper_configs)
+    hub_depths: dict = field(default_factory=dict)  # preset -> [(size, encoder, decoder layers)]; default every size x depth
 
 
 class TranslationTransformerConfig(PreTrainedConfig):
@@ -436,6 +451,7 @@ class TransparentAttentionConfig(ResidualTransformerConfig):
 
 
 __all__ = [
+    "FamilyMember",
     "TranslationTransformerConfig",
     "DwLstmConfig",
     "ResidualTransformerConfig",
