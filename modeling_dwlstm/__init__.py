@@ -7,10 +7,20 @@ code (remote-code loading), and registers the `translation` pipeline that transf
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
+from . import (
+    modeling_dlcl,
+    modeling_dwlstm,
+    modeling_highway,
+    modeling_residual,
+    modeling_rezero,
+    modeling_rnn,
+    modeling_transparent,
+)
 from .configuration_dwlstm import (
     DepthWiseRnnConfig,
     DlclConfig,
     DwLstmConfig,
+    FamilyMember,
     HighwayTransformerConfig,
     ResidualTransformerConfig,
     TranslationTransformerConfig,
@@ -20,19 +30,20 @@ from .modeling_dlcl import DlclForConditionalGeneration, DlclModel, plot_dlcl_we
 from .modeling_dwlstm import DwLstmForConditionalGeneration, DwLstmModel, DwLstmPreTrainedModel, LayerState
 from .modeling_highway import HighwayTransformerForConditionalGeneration, HighwayTransformerModel
 from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+from .modeling_rezero import (
+    ReZeroTransformerConfig,
+    ReZeroTransformerForConditionalGeneration,
+    ReZeroTransformerModel,
+)
 from .modeling_rnn import DepthWiseRnnForConditionalGeneration, DepthWiseRnnModel
 from .modeling_transparent import TransparentAttentionForConditionalGeneration, TransparentAttentionModel
 from .pipeline_translation import TranslationPipeline, register_translation_pipeline
 
+# One record per member (`MEMBER` in its modeling file): a new member adds its module here.
+MEMBERS = [module.MEMBER for module in (modeling_dwlstm, modeling_residual, modeling_highway, modeling_rnn,
+                                        modeling_dlcl, modeling_transparent, modeling_rezero)]
 # (config, bare model, translation model) of every family member.
-FAMILY = [
-    (DwLstmConfig, DwLstmModel, DwLstmForConditionalGeneration),
-    (ResidualTransformerConfig, ResidualTransformerModel, ResidualTransformerForConditionalGeneration),
-    (HighwayTransformerConfig, HighwayTransformerModel, HighwayTransformerForConditionalGeneration),
-    (DepthWiseRnnConfig, DepthWiseRnnModel, DepthWiseRnnForConditionalGeneration),
-    (DlclConfig, DlclModel, DlclForConditionalGeneration),
-    (TransparentAttentionConfig, TransparentAttentionModel, TransparentAttentionForConditionalGeneration),
-]
+FAMILY = [(member.config_class, member.model_class, member.generation_class) for member in MEMBERS]
 
 for _config_class, _model_class, _generation_class in FAMILY:
     AutoConfig.register(_config_class.model_type, _config_class, exist_ok=True)
@@ -46,6 +57,8 @@ register_translation_pipeline()
 
 __all__ = [
     "FAMILY",
+    "MEMBERS",
+    "FamilyMember",
     "TranslationTransformerConfig",
     "DwLstmConfig",
     "DwLstmPreTrainedModel",
@@ -69,4 +82,7 @@ __all__ = [
     "TransparentAttentionConfig",
     "TransparentAttentionModel",
     "TransparentAttentionForConditionalGeneration",
+    "ReZeroTransformerConfig",
+    "ReZeroTransformerModel",
+    "ReZeroTransformerForConditionalGeneration",
 ]

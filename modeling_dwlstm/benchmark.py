@@ -30,6 +30,7 @@ from torch import nn
 from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel
 
 from . import FAMILY
+from .files import atomic_write_json
 from .modeling_dwlstm import MultiHeadAttention
 from .paper_configs import MEMBERS, PAPER_VOCAB_SIZE
 
@@ -478,11 +479,7 @@ def format_report(report: dict) -> str:
 
 def write_report(report: dict, path: str | Path):
     """Write the report as JSON, atomically (a temp file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    temporary.replace(path)
+    atomic_write_json(path, report)
 
 
 __all__ = [

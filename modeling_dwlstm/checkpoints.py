@@ -5,17 +5,23 @@ result is a model directory like any `save_pretrained` output: config, generatio
 remote-code files are copied from the newest checkpoint, the weights are the element-wise mean, and the
 optimizer / scheduler / RNG / trainer state of the checkpoints are left out. The directory is written
 under a temporary name and renamed when complete, so an interrupted run never leaves a half-written model.
+
+Every model directory and checkpoint carries a checksum manifest (`files.write_checksums`); the loading
+helpers here (`load_saved_model`, `load_saved_tokenizer`) and the averaging verify it, refuse weights that
+are not finite (a diverged run), and turn the usual ways a folder goes bad into one-line errors.
 """
 
 import json
 import logging
 import shutil
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
+
+from .files import atomic_directory, atomic_write_json, check_local_or_hub, verify_checksums, write_checksums
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +30,11 @@ WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 # What a Trainer checkpoint holds besides the model; an averaged model has no use for it.
 TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin")
 TRAINING_STATE_PATTERNS = ("rng_state*.pth",)
+# Fields every member's config.json has and that fix the weights' shapes: without them the defaults would
+# silently give another model size.
+SIZE_FIELDS = ("d_model", "encoder_layers", "decoder_layers", "vocab_size")
+DIVERGED_ADVICE = ("training diverged. Use an earlier checkpoint, or train again with a lower --learning_rate, "
+                   "more --warmup_steps or --max_grad_norm 1.0")
 
 
 def complete_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -53,52 +64,139 @@ def last_checkpoints(run_dir: str | Path, count: int) -> list[Path]:
     return checkpoints[-count:]
 
 
-def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str | Path) -> Path:
+def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str | Path, overwrite: bool = False) -> Path:
     """Write the element-wise mean of the checkpoints' weights as a loadable model directory; return it.
 
     Every checkpoint must hold the same parameters with the same shapes (the same model at different
     steps). Means are accumulated in float64 and stored in each parameter's own dtype. Non-weight files
-    (config, generation config, tokenizer, code) come from the last checkpoint in `checkpoint_dirs`.
+    (config, generation config, tokenizer, code) come from the last checkpoint in `checkpoint_dirs`. Each
+    checkpoint is verified against its checksum manifest and refused if not finite; an existing `output_dir`
+    is refused unless `overwrite` (it is then replaced once the new model is complete).
     """
     checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
     if not checkpoint_dirs:
         raise ValueError("`checkpoint_dirs` is empty: give at least one checkpoint to average.")
     output_dir = Path(output_dir)
-    if output_dir.exists():
-        raise ValueError(f"{output_dir} already exists; choose a new output directory (nothing is overwritten).")
-    total, dtypes, reference = None, None, checkpoint_dirs[0]
-    for checkpoint in checkpoint_dirs:
-        weights = load_weights(checkpoint)
-        if total is None:
-            total = {name: tensor.to(torch.float64) for name, tensor in weights.items()}
-            dtypes = {name: tensor.dtype for name, tensor in weights.items()}
-            continue
-        _check_same_parameters(total, weights, reference, checkpoint)
-        for name, tensor in weights.items():
-            total[name] += tensor.to(torch.float64)
-    averaged = {name: (tensor / len(checkpoint_dirs)).to(dtypes[name]).contiguous() for name, tensor in total.items()}
-
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with atomic_directory(output_dir, replace=overwrite) as staging:  # created first: an unwritable place fails before the work
+        total, dtypes, reference = None, None, checkpoint_dirs[0]
+        for checkpoint in checkpoint_dirs:
+            verify_checksums(checkpoint)
+            weights = load_weights(checkpoint)
+            check_finite_weights(weights, checkpoint)
+            if total is None:
+                total = {name: tensor.to(torch.float64) for name, tensor in weights.items()}
+                dtypes = {name: tensor.dtype for name, tensor in weights.items()}
+                continue
+            _check_same_parameters(total, weights, reference, checkpoint)
+            for name, tensor in weights.items():
+                total[name] += tensor.to(torch.float64)
+        averaged = {name: (tensor / len(checkpoint_dirs)).to(dtypes[name]).contiguous() for name, tensor in total.items()}
         _copy_model_files(checkpoint_dirs[-1], staging)
         save_file(averaged, staging / WEIGHTS_NAME, metadata={"format": "pt"})
-        (staging / "averaged_from.json").write_text(json.dumps([str(path) for path in checkpoint_dirs], indent=2) + "\n")
-        staging.rename(output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        atomic_write_json(staging / "averaged_from.json", [str(path) for path in checkpoint_dirs])
+        write_checksums(staging)
     return output_dir
 
 
 def load_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     """The state dict saved by `save_pretrained` in `checkpoint` (one safetensors file or an index of shards)."""
     if (checkpoint / WEIGHTS_NAME).is_file():
-        return load_file(checkpoint / WEIGHTS_NAME)
+        return _load_safetensors(checkpoint / WEIGHTS_NAME)
     if (checkpoint / WEIGHTS_INDEX_NAME).is_file():
         shards = sorted(set(json.loads((checkpoint / WEIGHTS_INDEX_NAME).read_text())["weight_map"].values()))
-        return {name: tensor for shard in shards for name, tensor in load_file(checkpoint / shard).items()}
+        return {name: tensor for shard in shards for name, tensor in _load_safetensors(checkpoint / shard).items()}
     raise ValueError(f"{checkpoint} holds no {WEIGHTS_NAME} (or sharded index): not a saved model checkpoint.")
+
+
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError) as error:
+        raise ValueError(f"{path} is truncated or corrupted ({error}); save the model again or use another "
+                         "checkpoint.") from error
+
+
+def check_finite_weights(weights: Mapping[str, torch.Tensor] | torch.nn.Module, where) -> None:
+    """Refuse weights holding NaN or infinity (a diverged run), naming the first such tensor."""
+    items = weights.state_dict().items() if isinstance(weights, torch.nn.Module) else weights.items()
+    for name, tensor in items:
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{where}: `{name}` holds NaN or infinite values: {DIVERGED_ADVICE}.")
+
+
+def check_saved_model_folder(folder: Path) -> None:
+    """Check a local model folder before transformers reads it: checksums, config.json and weight headers.
+
+    Each check turns what would be a deep traceback, a silent default or an interactive prompt into a
+    one-line error naming the file.
+    """
+    verify_checksums(folder)
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise ValueError(f"{folder} holds no config.json: not a saved model folder (save_pretrained writes one).")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{config_path} is not valid JSON ({error}).") from error
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type not in CONFIG_MAPPING:
+        # transformers would otherwise look for remote code and ask "run the custom code? [y/N]".
+        ours = ", ".join(CONFIG_MAPPING._extra_content) or "none registered"
+        raise ValueError(f"{config_path}: model_type {model_type!r} is not a known model type (this package's: "
+                         f"{ours}). Correct it in config.json.")
+    missing = [name for name in SIZE_FIELDS if name not in config]
+    if missing and model_type in CONFIG_MAPPING._extra_content:
+        raise ValueError(f"{config_path} lacks {', '.join(missing)}: the model's size cannot be known. Restore the "
+                         "config.json saved with the weights.")
+    for path in [folder / WEIGHTS_NAME] if (folder / WEIGHTS_NAME).is_file() else sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(path, framework="pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            raise ValueError(f"{path} is truncated or corrupted ({error}); save the model again or use another "
+                             "checkpoint.") from error
+
+
+def save_pretrained_atomically(saveable, output_dir) -> Path:
+    """`saveable.save_pretrained` (a tokenizer, a model) into a staging folder that then replaces `output_dir`,
+    with a checksum manifest: readers see the old folder or the complete new one, never a mix."""
+    with atomic_directory(output_dir, replace=True) as staging:
+        saveable.save_pretrained(staging)
+        write_checksums(staging)
+    return Path(output_dir)
+
+
+def load_saved_model(name_or_path, what: str = "--model", trust_remote_code: bool = False, **kwargs):
+    """`AutoModelForSeq2SeqLM.from_pretrained` after `check_saved_model_folder` (local folders), refusing
+    non-finite weights. `what` names the argument in errors."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    check_local_or_hub(name_or_path, what)
+    if Path(name_or_path).is_dir():
+        check_saved_model_folder(Path(name_or_path))
+    model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **kwargs)
+    check_finite_weights(model, name_or_path)
+    return model
+
+
+def load_saved_tokenizer(name_or_path, what: str = "--tokenizer_name_or_path", trust_remote_code: bool = False):
+    """`AutoTokenizer.from_pretrained` with a one-line error for a missing or incomplete tokenizer folder."""
+    from transformers import AutoTokenizer
+
+    check_local_or_hub(name_or_path, what)
+    folder = Path(name_or_path)
+    if folder.is_dir():
+        verify_checksums(folder)
+        if not (folder / "tokenizer.json").is_file():
+            raise ValueError(f"{what} {folder} holds no tokenizer.json: not a complete tokenizer folder "
+                             "(scripts/train_tokenizer.py writes tokenizer.json and tokenizer_config.json).")
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{what} {name_or_path}: cannot load a tokenizer ({message}).") from error
 
 
 def _check_same_parameters(reference_weights: dict, weights: dict, reference: Path, checkpoint: Path):
@@ -121,4 +219,14 @@ def _copy_model_files(checkpoint: Path, destination: Path):
             shutil.copy2(path, destination / path.name)
 
 
-__all__ = ["average_checkpoints", "last_checkpoints", "complete_checkpoints", "load_weights"]
+__all__ = [
+    "average_checkpoints",
+    "last_checkpoints",
+    "complete_checkpoints",
+    "load_weights",
+    "check_finite_weights",
+    "check_saved_model_folder",
+    "load_saved_model",
+    "load_saved_tokenizer",
+    "save_pretrained_atomically",
+]

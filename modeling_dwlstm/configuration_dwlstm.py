@@ -18,7 +18,7 @@ WMT14 En-De setup (35,603 tokens). Invalid values raise ``ValueError`` naming th
 """
 
 import difflib
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 
 from transformers import PreTrainedConfig
 
@@ -38,14 +38,19 @@ def _check_probability(name: str, value):
         raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
 
 
-def _check_depthwise_hidden(config):
-    """The hidden-module fields the depth-wise LSTM and the depth-wise RNN share."""
-    _check_choice("lstm_hidden", config.lstm_hidden, ("linear", "ffn", "glu"))
-    _check_choice("lstm_activation", config.lstm_activation, ("gelu", "tanh"))
-    if not isinstance(config.share_hidden, bool):
-        raise ValueError(f"`share_hidden` must be True or False, got {config.share_hidden!r}.")
-    if config.lstm_hidden == "glu" and config.ffn_dim % 2:
-        raise ValueError(f"`ffn_dim` must be even for lstm_hidden='glu' (GLU halves it), got {config.ffn_dim}.")
+@dataclass(frozen=True)
+class FamilyMember:
+    """Everything the package says about one member, declared once, as `MEMBER` in its modeling file.
+    `FAMILY` (Auto registration), `paper_configs` (hub_configs/) and the model card read it."""
+
+    config_class: type
+    model_class: type
+    generation_class: type
+    name: str  # the card's "A {name} translation model"
+    citations: tuple[str, ...]  # BibTeX entries
+    card_fields: tuple[str, ...] = ()  # the member's own config fields, shown after the shared ones
+    presets: dict = field(default_factory=dict)  # hub_configs/ name -> config fields (paper_configs)
+    hub_depths: dict = field(default_factory=dict)  # preset -> [(size, encoder, decoder layers)]; default every size x depth
 
 
 class TranslationTransformerConfig(PreTrainedConfig):
@@ -177,7 +182,38 @@ class TranslationTransformerConfig(PreTrainedConfig):
         return "top_encoder_layer"
 
 
-class DwLstmConfig(TranslationTransformerConfig):
+class DepthWiseConfig(TranslationTransformerConfig):
+    r"""
+    The fields the depth-wise LSTM and the depth-wise RNN share: their hidden module and decoder merge
+    (not a member itself; `DwLstmConfig` and `DepthWiseRnnConfig` extend it).
+
+    Args:
+        lstm_hidden (`str`, defaults to "glu"): "linear" (001 Eq. 5), "ffn" (000 Eq. 8) or "glu" (001 Eq. 6).
+        lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh").
+        share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
+        decoder_merge (`str`, defaults to "add"): how a decoder layer merges its self-attention result s
+            and cross-attention result x: s + x ("add") or [s; x] ("concat", a 3d input); see the members.
+    """
+
+    lstm_hidden: str = "glu"
+    lstm_activation: str = "gelu"
+    share_hidden: bool = False
+    decoder_merge: str = "add"
+
+    decoder_merges = ("add", "concat")
+
+    def check_values(self):
+        super().check_values()
+        _check_choice("lstm_hidden", self.lstm_hidden, ("linear", "ffn", "glu"))
+        _check_choice("lstm_activation", self.lstm_activation, ("gelu", "tanh"))
+        if not isinstance(self.share_hidden, bool):
+            raise ValueError(f"`share_hidden` must be True or False, got {self.share_hidden!r}.")
+        if self.lstm_hidden == "glu" and self.ffn_dim % 2:
+            raise ValueError(f"`ffn_dim` must be even for lstm_hidden='glu' (GLU halves it), got {self.ffn_dim}.")
+        _check_choice("decoder_merge", self.decoder_merge, self.decoder_merges)
+
+
+class DwLstmConfig(DepthWiseConfig):
     r"""
     Transformer with depth-wise LSTMs (Xu et al., papers 000 and 001; SPEC §2).
 
@@ -214,17 +250,13 @@ class DwLstmConfig(TranslationTransformerConfig):
 
     model_type = "dwlstm"
 
-    lstm_hidden: str = "glu"
-    lstm_activation: str = "gelu"
     share_gates: str = "per_stack"
-    share_hidden: bool = False
-    decoder_merge: str = "add"
+
+    decoder_merges = ("add", "concat", "two_lstm")
 
     def check_values(self):
         super().check_values()
-        _check_depthwise_hidden(self)
         _check_choice("share_gates", self.share_gates, ("global", "per_stack", "none"))
-        _check_choice("decoder_merge", self.decoder_merge, ("add", "concat", "two_lstm"))
 
     @property
     def encoder_layer_type(self) -> str:
@@ -327,7 +359,7 @@ class HighwayTransformerConfig(TranslationTransformerConfig):
         return "highway"
 
 
-class DepthWiseRnnConfig(TranslationTransformerConfig):
+class DepthWiseRnnConfig(DepthWiseConfig):
     r"""
     The depth-wise RNN ablation of Xu et al. (001 Table 2; SPEC §2.4): the depth-wise LSTM without
     gates or cell. Layer l turns its attention result x and the previous layer's output into
@@ -347,16 +379,6 @@ class DepthWiseRnnConfig(TranslationTransformerConfig):
     """
 
     model_type = "dwlstm-rnn"
-
-    lstm_hidden: str = "glu"
-    lstm_activation: str = "gelu"
-    share_hidden: bool = False
-    decoder_merge: str = "add"
-
-    def check_values(self):
-        super().check_values()
-        _check_depthwise_hidden(self)
-        _check_choice("decoder_merge", self.decoder_merge, ("add", "concat"))
 
     @property
     def encoder_layer_type(self) -> str:
@@ -436,7 +458,9 @@ class TransparentAttentionConfig(ResidualTransformerConfig):
 
 
 __all__ = [
+    "FamilyMember",
     "TranslationTransformerConfig",
+    "DepthWiseConfig",
     "DwLstmConfig",
     "ResidualTransformerConfig",
     "HighwayTransformerConfig",

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import datasets
 
+from .files import strip_line_end
+
 logger = logging.getLogger(__name__)
 
 LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:_[A-Za-z0-9]+)*")  # en, yue, zh_Hant: as the tokenizer's <2xx> tags
@@ -231,7 +233,7 @@ def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as lines:
             for number, line in enumerate(lines, start=1):
-                yield number, line.decode("utf-8").rstrip("\n").rstrip("\r")
+                yield number, strip_line_end(line.decode("utf-8"))  # the one rule: see files.py
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}, line {number}: not valid UTF-8 ({error.reason}).") from error
     except (OSError, EOFError) as error:  # permissions, a truncated or non-gzip .gz file

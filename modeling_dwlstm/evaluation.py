@@ -16,10 +16,9 @@ Moses-like punctuation splitting), hyphenated compounds are split as in tensor2t
 text by a few tenths; report the sacreBLEU number with its signature for comparisons across papers.
 """
 
-import json
+import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,9 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from .batching import pack_by_tokens
+from .files import atomic_write_json, atomic_write_text, prepare_output_dir, read_lines, set_threads
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 4096  # source tokens per decoding batch, padding included
 EXTRA_LENGTH = 50  # a hypothesis may be this many tokens longer than the longest source in its batch
@@ -80,7 +82,8 @@ def translate_sentences(
     trained with tags (`--add_language_tag`, the multilingual models); it must be a reserved token.
     Hypotheses may be `EXTRA_LENGTH` tokens longer than the longest source of their batch unless
     `max_new_tokens` is passed; other `generate_kwargs` go to `model.generate()`. The timing covers
-    tokenization, decoding and detokenization.
+    tokenization, decoding and detokenization. An empty (or blank) source translates to "" without decoding,
+    as in the translation pipeline; a source longer than the model's positions is refused before any decoding.
     """
     if isinstance(sources, str) or not all(isinstance(source, str) for source in sources):
         raise ValueError("`sources` must be a list of strings, one sentence each.")
@@ -90,13 +93,16 @@ def translate_sentences(
     if tag_id is not None:
         encoded = [ids if ids[:1] == [tag_id] else [tag_id, *ids] for ids in encoded]
     hypotheses: list[str] = [""] * len(sources)
+    position_limit = getattr(model.config, "max_position_embeddings", None) or float("inf")
+    _check_source_lengths(encoded, position_limit)
+    to_translate = [index for index, source in enumerate(sources) if source.strip()]
     # Lengths go to generate() as `max_length` (decoder start + new tokens), since `max_new_tokens` next to
     # the model's own `max_length` makes transformers warn on every batch; positions stop at the model's limit.
     max_new_tokens = generate_kwargs.pop("max_new_tokens", None)
-    position_limit = getattr(model.config, "max_position_embeddings", None) or float("inf")
     model.eval()
     with torch.inference_mode():
-        for batch in length_sorted_batches([len(ids) for ids in encoded], max_tokens):
+        for positions in length_sorted_batches([len(encoded[i]) for i in to_translate], max_tokens):
+            batch = [to_translate[position] for position in positions]
             inputs = tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, return_tensors="pt").to(model.device)
             new_tokens = inputs["input_ids"].shape[1] + EXTRA_LENGTH if max_new_tokens is None else max_new_tokens
             settings = {"max_length": int(min(1 + new_tokens, position_limit)), **generate_kwargs}
@@ -104,6 +110,15 @@ def translate_sentences(
             for index, text in zip(batch, tokenizer.batch_decode(output_ids, skip_special_tokens=True)):
                 hypotheses[index] = text.strip()
     return Translations(hypotheses=hypotheses, seconds=time.perf_counter() - start)
+
+
+def _check_source_lengths(encoded: Sequence[list[int]], position_limit) -> None:
+    too_long = [index for index, ids in enumerate(encoded) if len(ids) > position_limit]
+    if too_long:
+        first = too_long[0]
+        raise ValueError(
+            f"Source line {first + 1} has {len(encoded[first])} tokens, more than the model's "
+            f"max_position_embeddings={position_limit} ({len(too_long)} such line(s)): shorten or split it.")
 
 
 def tokenize_for_bleu(text: str) -> str:
@@ -118,7 +133,7 @@ def score_translations(
 
     `target_lang` lets sacreBLEU pick its tokenizer for Chinese, Japanese and Korean targets.
     """
-    _check_parallel(hypotheses, references, "hypotheses", "references")
+    check_parallel(hypotheses, references, "hypotheses", "references")
     sacre = BLEU(trg_lang=target_lang or "")
     tokenized = BLEU(tokenize="none", force=True)
     chrf = CHRF()
@@ -155,8 +170,8 @@ def paired_bootstrap(
     confidence". BLEU is the tokenized BLEU of `score_translations` (`tokenized=False`: sacreBLEU's).
     Also gives each system's mean and 95% interval over the samples.
     """
-    _check_parallel(hypotheses, references, "hypotheses", "references")
-    _check_parallel(baseline_hypotheses, references, "baseline_hypotheses", "references")
+    check_parallel(hypotheses, references, "hypotheses", "references")
+    check_parallel(baseline_hypotheses, references, "baseline_hypotheses", "references")
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"`num_samples` must be a positive integer, got {num_samples!r}.")
     draws = np.random.default_rng(seed).integers(0, len(references), size=(num_samples, len(references)))
@@ -218,6 +233,10 @@ class EvaluationArguments:
         "and a paired bootstrap p-value per direction.")})
     off_target: bool = field(default=True, metadata={"help": (
         "Multilingual: report the share of outputs not in the target language (needs py3langid).")})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": (
+        "Write into a non-empty --output_dir, replacing its hypotheses.txt and results.json (refused otherwise).")})
+    threads: int | None = field(default=None, metadata={"help": (
+        "torch CPU threads (default: torch's). On a busy machine 1 can be several times faster.")})
 
 
 def run_evaluation(args: EvaluationArguments) -> dict:
@@ -226,18 +245,27 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     Returns the results (also in `output_dir`/results.json): the scores of `score_translations`, the
     decoding settings and speed, and, with `baseline_hypotheses`, the paired bootstrap test.
     """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from .checkpoints import load_saved_model, load_saved_tokenizer
 
+    set_threads(args.threads)
     if args.language_pairs:
         from .multilingual import evaluate_directions
 
         return evaluate_directions(args)
     sources, references = _read_test_set(args)
+    empty = [number for number, source in enumerate(sources, start=1) if not source.strip()]
+    if empty:
+        logger.warning("%d empty source line(s) (the first: line %d) get an empty translation.", len(empty), empty[0])
+    hypotheses_path = Path(args.output_dir) / "hypotheses.txt"
+    if args.baseline_hypotheses and Path(args.baseline_hypotheses).resolve() == hypotheses_path.resolve():
+        raise ValueError(f"--baseline_hypotheses {args.baseline_hypotheses} is the file this evaluation writes; "
+                         "give another --output_dir.")
     baseline = read_lines(args.baseline_hypotheses) if args.baseline_hypotheses else None
     if baseline is not None:
-        _check_parallel(baseline, references, f"baseline hypotheses in {args.baseline_hypotheses}", "references")
-    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+        check_parallel(baseline, references, f"baseline hypotheses in {args.baseline_hypotheses}", "references")
+    prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before loading and decoding, not after
+    tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
+    model = load_saved_model(args.model, "--model", trust_remote_code=args.trust_remote_code)
     model.to(args.device)
     translations = translate_sentences(
         model, tokenizer, sources, num_beams=args.num_beams, length_penalty=args.length_penalty,
@@ -264,7 +292,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
             "baseline": args.baseline_hypotheses,
             **paired_bootstrap(translations.hypotheses, baseline, references, num_samples=args.bootstrap_samples),
         }
-    write_lines(translations.hypotheses, Path(args.output_dir) / "hypotheses.txt")
+    write_lines(translations.hypotheses, hypotheses_path)
     write_json(results, Path(args.output_dir) / "results.json")
     return results
 
@@ -285,36 +313,19 @@ def _read_test_set(args: EvaluationArguments) -> tuple[list[str], list[str]]:
     if args.source_file is None or args.reference_file is None:
         raise ValueError("--source_file and --reference_file go together: give both.")
     sources, references = read_lines(args.source_file), read_lines(args.reference_file)
-    _check_parallel(sources, references, f"sources in {args.source_file}", f"references in {args.reference_file}")
+    check_parallel(sources, references, f"sources in {args.source_file}", f"references in {args.reference_file}")
     return sources[: args.max_pairs], references[: args.max_pairs]
 
 
 def write_json(results: dict, path: str | os.PathLike) -> None:
     """Write `results` to `path` atomically (a temporary file beside it, then a rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, suffix=".tmp", delete=False) as file:
-        json.dump(results, file, indent=2, ensure_ascii=False)
-        file.write("\n")
-    os.replace(file.name, path)
-
-
-def read_lines(path: str | os.PathLike) -> list[str]:
-    """The lines of a UTF-8 text file, without line ends (hypothesis and reference files)."""
-    try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"Cannot read the text file {path}: {error}") from error
+    atomic_write_json(path, results)
 
 
 def write_lines(lines: Sequence[str], path: str | os.PathLike) -> None:
-    """One line per hypothesis (line breaks inside a hypothesis become spaces, so line numbers stay aligned)."""
-    text = "".join(line.replace("\n", " ").replace("\r", " ") + "\n" for line in lines)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    """One line per hypothesis, atomically (a line break inside a hypothesis becomes a space, so that
+    `files.read_lines` gives the lines back in the same places)."""
+    atomic_write_text(path, "".join(line.replace("\n", " ").replace("\r", " ") + "\n" for line in lines))
 
 
 def _language_tag_id(tokenizer, language: str | None) -> int | None:
@@ -327,7 +338,7 @@ def _language_tag_id(tokenizer, language: str | None) -> int | None:
     return tag_id
 
 
-def _check_parallel(hypotheses: Sequence[str], references: Sequence[str], name: str, other: str) -> None:
+def check_parallel(hypotheses: Sequence[str], references: Sequence[str], name: str, other: str) -> None:
     for what, texts in ((name, hypotheses), (other, references)):
         if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
             raise ValueError(f"`{what}` must be a list of strings, one sentence each.")

@@ -18,49 +18,24 @@ from pathlib import Path
 
 from huggingface_hub import HfApi
 
-# BibTeX of the papers behind each member; a member not listed cites the depth-wise LSTM papers.
-XU_2020 = """@article{xu2020transformer,
-  title   = {Transformer with Depth-Wise {LSTM}},
-  author  = {Xu, Hongfei and Liu, Qiuhui and Xiong, Deyi and van Genabith, Josef},
-  journal = {arXiv preprint arXiv:2007.06257},
-  year    = {2020}
-}"""
-XU_REWIRING = """@inproceedings{xu2024rewiring,
-  title     = {Rewiring the Transformer with Depth-Wise {LSTM}s},
-  author    = {Xu, Hongfei and others},
-  booktitle = {Proceedings of the 2024 Joint International Conference on Computational Linguistics,
-               Language Resources and Evaluation (LREC-COLING 2024)},
-  year      = {2024}
-}"""
-VASWANI_2017 = """@inproceedings{vaswani2017attention,
-  title     = {Attention Is All You Need},
-  author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
-               Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia},
-  booktitle = {Advances in Neural Information Processing Systems},
-  year      = {2017}
-}"""
-WANG_2019 = """@inproceedings{wang2019learning,
-  title     = {Learning Deep Transformer Models for Machine Translation},
-  author    = {Wang, Qiang and Li, Bei and Xiao, Tong and Zhu, Jingbo and Li, Changliang and Wong, Derek F. and
-               Chao, Lidia S.},
-  booktitle = {Proceedings of the 57th Annual Meeting of the Association for Computational Linguistics},
-  year      = {2019}
-}"""
-CITATIONS = {
-    "dwlstm": (XU_REWIRING, XU_2020),
-    "dwlstm-residual": (VASWANI_2017, WANG_2019),
-}
-ARCHITECTURE_NAMES = {
-    "dwlstm": "Transformer with depth-wise LSTMs (Xu et al.)",
-    "dwlstm-residual": "residual Transformer (Vaswani et al. 2017; Wang et al. 2019)",
-}
-# Config fields shown in the card's architecture table, when the config has them.
+from . import MEMBERS
+from .configuration_dwlstm import FamilyMember
+from .files import atomic_write_text
+
+# Config fields every card's architecture table shows; each member adds its own (`FamilyMember.card_fields`).
 ARCHITECTURE_FIELDS = (
     "encoder_layers", "decoder_layers", "d_model", "ffn_dim", "encoder_attention_heads", "decoder_attention_heads",
     "dropout", "attention_dropout", "activation_dropout", "label_smoothing", "vocab_size", "max_position_embeddings",
-    "position_embedding_type", "tie_word_embeddings", "norm_position", "activation_function",
-    "lstm_hidden", "lstm_activation", "share_gates", "share_hidden", "decoder_merge",
+    "position_embedding_type", "tie_word_embeddings", "activation_function",
 )
+
+
+def family_member(config) -> FamilyMember:
+    """The record of the member that `config` builds."""
+    for member in MEMBERS:
+        if member.config_class.model_type == config.model_type:
+            return member
+    raise ValueError(f"{config.model_type!r} is not a modeling_dwlstm family member.")
 
 
 def model_card(
@@ -82,6 +57,7 @@ def model_card(
     if not isinstance(training_data, str) or not training_data.strip():
         raise ValueError("`training_data` must say what the model was trained on (a non-empty string).")
     config = model.config
+    member = family_member(config)
     pairs = list(getattr(config, "language_pairs", None) or [])
     languages = list(dict.fromkeys(code for pair in pairs for code in pair.split("-")))
     name = repo_id or "path/to/model"
@@ -101,12 +77,12 @@ def model_card(
     lines = ["---", *_yaml_lines(metadata), "---", ""]
     lines += [f"# {name.split('/')[-1]}", ""]
     lines += [
-        f"A {ARCHITECTURE_NAMES.get(config.model_type, config.model_type)} translation model"
+        f"A {member.name} translation model"
         + (f" for {', '.join(pairs)}" if pairs else "") + f", {model.num_parameters() / 1e6:.2f}M parameters, "
         "built with modeling_dwlstm on Hugging Face Transformers.", "",
         "## Architecture", "", "| setting | value |", "|---|---|", f"| model_type | `{config.model_type}` |",
     ]
-    lines += [f"| {field} | `{getattr(config, field)}` |" for field in ARCHITECTURE_FIELDS if hasattr(config, field)]
+    lines += [f"| {field} | `{getattr(config, field)}` |" for field in ARCHITECTURE_FIELDS + member.card_fields]
     lines += ["", "## Training data", "", training_data.strip(), ""]
     lines += ["## Evaluation", ""] + (_results_lines(results) if results else ["Not evaluated yet.", ""])
     lines += [
@@ -117,7 +93,7 @@ def model_card(
         f'model = AutoModelForSeq2SeqLM.from_pretrained("{name}", trust_remote_code=True)',
         f'translator = pipeline("{task}", model="{name}", trust_remote_code=True)',
         f'print(translator({example}))', "```", "",
-        "## Citation", "", "```bibtex", *"\n\n".join(CITATIONS.get(config.model_type, CITATIONS["dwlstm"])).split("\n"),
+        "## Citation", "", "```bibtex", *"\n\n".join(member.citations).split("\n"),
         "```", "",
     ]
     return "\n".join(lines)
@@ -140,6 +116,9 @@ def push_translation_model(
     """
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ValueError(f"`repo_id` must look like 'user/name', got {repo_id!r}.")
+    from .checkpoints import check_finite_weights
+
+    check_finite_weights(model, "The model to push")  # a diverged model must not reach the Hub
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
@@ -149,7 +128,7 @@ def push_translation_model(
         if missing:
             raise ValueError(f"save_pretrained wrote no {missing}: the pushed model could not be loaded without "
                              "this package. Build the model after `import modeling_dwlstm`.")
-        Path(folder, "README.md").write_text(card, encoding="utf-8")
+        atomic_write_text(Path(folder, "README.md"), card)
         return api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message)
 
 

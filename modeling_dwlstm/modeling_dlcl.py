@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .configuration_dwlstm import DlclConfig
+from .configuration_dwlstm import DlclConfig, FamilyMember
 from .modeling_dwlstm import DEPTH_CONNECTION_CLASSES, LayerCombination, LayerState
-from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+from .modeling_residual import WANG_2019, ResidualTransformerForConditionalGeneration, ResidualTransformerModel
 
 
 class DlclConnection(LayerCombination):
@@ -125,5 +125,18 @@ def plot_dlcl_weights(matrices: dict[str, torch.Tensor], path: str | Path, mask_
     plt.close(figure)
     return path
 
+
+
+# 003's pre-norm DLCL-30L and post-norm 20-layer DLCL (§5.1), beside the 6-layer base.
+MEMBER = FamilyMember(
+    config_class=DlclConfig,
+    model_class=DlclModel,
+    generation_class=DlclForConditionalGeneration,
+    name="Transformer with dynamic linear combination of layers (DLCL; Wang et al. 2019)",
+    citations=(WANG_2019,),
+    card_fields=("norm_position", "dlcl_weights", "dlcl_layer_norm"),
+    presets={"dlcl-prenorm": {"norm_position": "pre"}, "dlcl-postnorm": {"norm_position": "post"}},
+    hub_depths={"dlcl-prenorm": [("base", 6, 6), ("base", 30, 6)], "dlcl-postnorm": [("base", 6, 6), ("base", 20, 6)]},
+)
 
 __all__ = ["DlclConnection", "DlclModel", "DlclForConditionalGeneration", "plot_dlcl_weights"]

@@ -35,7 +35,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 
-from .configuration_dwlstm import DwLstmConfig, TranslationTransformerConfig
+from .configuration_dwlstm import DwLstmConfig, FamilyMember, TranslationTransformerConfig
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
@@ -90,6 +90,9 @@ class SinusoidalPositions(nn.Module):
         angles = torch.arange(self.num_positions, dtype=torch.float)[:, None] * inverse_frequency[None, :]
         table = torch.cat([angles.sin(), angles.cos()], dim=-1)
         return F.pad(table, (0, self.d_model - 2 * half))  # odd d_model: one zero feature
+
+    def init_parameters(self):
+        init.copy_(self.table, self.build_table())
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         return self.table[positions]
@@ -268,6 +271,14 @@ class DepthwiseLstmGates(nn.Module):
         self.bias = nn.Parameter(torch.zeros(3 * d_model))
         self.norm_weight = nn.Parameter(torch.ones(3, d_model))
         self.norm_bias = nn.Parameter(torch.zeros(3, d_model))
+
+    def init_parameters(self):
+        if not getattr(self.weight, "_is_hf_initialized", False):
+            for gate_weight in self.weight.chunk(3):  # Xavier per gate, as for three separate W_k
+                nn.init.xavier_uniform_(gate_weight)
+        init.zeros_(self.bias)
+        init.ones_(self.norm_weight)
+        init.zeros_(self.norm_bias)
 
     def forward(self, concatenated: torch.Tensor):
         gates = F.linear(concatenated, self.weight, self.bias).unflatten(-1, (3, self.d_model))  # (B, T, 3, d)
@@ -482,10 +493,13 @@ class TranslationEncoderOutput(BaseModelOutput):
 
 class LayerCombination(nn.Module):
     """Scalar weights that mix several layers' outputs (DLCL, transparent attention). `weights` is a
-    parameter when learned and a buffer when fixed; `_init_weights` sets it to `initial_weights()`."""
+    parameter when learned and a buffer when fixed; initialised to `initial_weights()`."""
 
     def initial_weights(self) -> torch.Tensor:
         raise NotImplementedError
+
+    def init_parameters(self):
+        init.copy_(self.weights, self.initial_weights())
 
 
 class PreviousLayer(nn.Module):
@@ -642,7 +656,9 @@ class TranslationDecoder(LayerStack):
 
 class DwLstmPreTrainedModel(PreTrainedModel):
     """Initialisation as in the papers' toolkits (SPEC §1): Xavier-uniform projections with zero
-    biases, embeddings N(0, d_model^-1/2), LayerNorm weight 1 and bias 0."""
+    biases, embeddings N(0, d_model^-1/2), LayerNorm weight 1 and bias 0. Any other module with
+    parameters or buffers to set defines `init_parameters()` (under no_grad, with `transformers.initialization`
+    functions, which skip weights loaded from a checkpoint)."""
 
     config_class = DwLstmConfig
     base_model_prefix = "model"
@@ -666,17 +682,8 @@ class DwLstmPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
-        elif isinstance(module, DepthwiseLstmGates):
-            if not getattr(module.weight, "_is_hf_initialized", False):
-                for gate_weight in module.weight.chunk(3):  # Xavier per gate, as for three separate W_k
-                    nn.init.xavier_uniform_(gate_weight)
-            init.zeros_(module.bias)
-            init.ones_(module.norm_weight)
-            init.zeros_(module.norm_bias)
-        elif isinstance(module, SinusoidalPositions):
-            init.copy_(module.table, module.build_table())
-        elif isinstance(module, LayerCombination):  # DLCL, transparent attention
-            init.copy_(module.weights, module.initial_weights())
+        elif hasattr(module, "init_parameters"):  # modules with their own initialisation say so themselves
+            module.init_parameters()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Also save the translation pipeline (transformers 5 dropped the task), so that
@@ -819,6 +826,33 @@ class DwLstmForConditionalGeneration(DwLstmPreTrainedModel, GenerationMixin):
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+
+
+# BibTeX of the depth-wise LSTM papers (000, 001).
+XU_2020 = """@article{xu2020transformer,
+  title   = {Transformer with Depth-Wise {LSTM}},
+  author  = {Xu, Hongfei and Liu, Qiuhui and Xiong, Deyi and van Genabith, Josef},
+  journal = {arXiv preprint arXiv:2007.06257},
+  year    = {2020}
+}"""
+XU_REWIRING = """@inproceedings{xu2024rewiring,
+  title     = {Rewiring the Transformer with Depth-Wise {LSTM}s},
+  author    = {Xu, Hongfei and others},
+  booktitle = {Proceedings of the 2024 Joint International Conference on Computational Linguistics,
+               Language Resources and Evaluation (LREC-COLING 2024)},
+  year      = {2024}
+}"""
+
+
+MEMBER = FamilyMember(
+    config_class=DwLstmConfig,
+    model_class=DwLstmModel,
+    generation_class=DwLstmForConditionalGeneration,
+    name="Transformer with depth-wise LSTMs (Xu et al.)",
+    citations=(XU_REWIRING, XU_2020),
+    card_fields=("lstm_hidden", "lstm_activation", "share_gates", "share_hidden", "decoder_merge"),
+    presets={"dwlstm": {}},
+)
 
 __all__ = [
     "DwLstmPreTrainedModel",

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .configuration_dwlstm import HighwayTransformerConfig
+from .configuration_dwlstm import FamilyMember, HighwayTransformerConfig
 from .modeling_dwlstm import DwLstmForConditionalGeneration, DwLstmModel, register_layers
-from .modeling_residual import PostNormResidual, ResidualDecoderLayer, ResidualEncoderLayer
+from .modeling_residual import VASWANI_2017, PostNormResidual, ResidualDecoderLayer, ResidualEncoderLayer
 
 GATE_ACTIVATIONS = {"sigmoid": torch.sigmoid, "tanh": torch.tanh}
 
@@ -99,5 +99,23 @@ class HighwayTransformerForConditionalGeneration(DwLstmForConditionalGeneration)
     base_model_class = HighwayTransformerModel
     _no_split_modules = HighwayTransformerModel._no_split_modules
 
+
+
+CHAI_2020 = """@inproceedings{chai2020highway,
+  title     = {Highway Transformer: Self-Gating Enhanced Self-Attentive Networks},
+  author    = {Chai, Yekun and Jin, Shuo and Hou, Xinwen},
+  booktitle = {Proceedings of the 58th Annual Meeting of the Association for Computational Linguistics},
+  year      = {2020}
+}"""
+
+MEMBER = FamilyMember(
+    config_class=HighwayTransformerConfig,
+    model_class=HighwayTransformerModel,
+    generation_class=HighwayTransformerForConditionalGeneration,
+    name="highway Transformer with self-dependency units (Chai et al. 2020)",
+    citations=(CHAI_2020, VASWANI_2017),
+    card_fields=("highway_variant", "sdu_gate", "sdu_layers"),
+    presets={"highway-sdu": {"highway_variant": "sdu", "sdu_gate": "sigmoid"}},
+)
 
 __all__ = ["HighwayTransformerModel", "HighwayTransformerForConditionalGeneration"]

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .configuration_dwlstm import ResidualTransformerConfig, TranslationTransformerConfig
+from .configuration_dwlstm import FamilyMember, ResidualTransformerConfig, TranslationTransformerConfig
 from .modeling_dwlstm import (
     ACTIVATIONS,
     DwLstmForConditionalGeneration,
@@ -147,5 +147,32 @@ class ResidualTransformerForConditionalGeneration(DwLstmForConditionalGeneration
     base_model_class = ResidualTransformerModel
     _no_split_modules = ResidualTransformerModel._no_split_modules
 
+
+
+VASWANI_2017 = """@inproceedings{vaswani2017attention,
+  title     = {Attention Is All You Need},
+  author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
+               Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia},
+  booktitle = {Advances in Neural Information Processing Systems},
+  year      = {2017}
+}"""
+WANG_2019 = """@inproceedings{wang2019learning,
+  title     = {Learning Deep Transformer Models for Machine Translation},
+  author    = {Wang, Qiang and Li, Bei and Xiao, Tong and Zhu, Jingbo and Li, Changliang and Wong, Derek F. and
+               Chao, Lidia S.},
+  booktitle = {Proceedings of the 57th Annual Meeting of the Association for Computational Linguistics},
+  year      = {2019}
+}"""
+
+
+MEMBER = FamilyMember(
+    config_class=ResidualTransformerConfig,
+    model_class=ResidualTransformerModel,
+    generation_class=ResidualTransformerForConditionalGeneration,
+    name="residual Transformer (Vaswani et al. 2017; Wang et al. 2019)",
+    citations=(VASWANI_2017, WANG_2019),
+    card_fields=("norm_position",),
+    presets={"residual-postnorm": {"norm_position": "post"}, "residual-prenorm": {"norm_position": "pre"}},
+)
 
 __all__ = ["ResidualTransformerModel", "ResidualTransformerForConditionalGeneration"]

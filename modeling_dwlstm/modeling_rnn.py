@@ -14,9 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .configuration_dwlstm import DepthWiseRnnConfig
+from .configuration_dwlstm import DepthWiseRnnConfig, FamilyMember
 from .modeling_dwlstm import (
     LSTM_HIDDEN_CLASSES,
+    XU_2020,
+    XU_REWIRING,
     DwLstmForConditionalGeneration,
     DwLstmModel,
     LayerState,
@@ -99,5 +101,16 @@ class DepthWiseRnnForConditionalGeneration(DwLstmForConditionalGeneration):
     base_model_class = DepthWiseRnnModel
     _no_split_modules = DepthWiseRnnModel._no_split_modules
 
+
+
+MEMBER = FamilyMember(
+    config_class=DepthWiseRnnConfig,
+    model_class=DepthWiseRnnModel,
+    generation_class=DepthWiseRnnForConditionalGeneration,
+    name="depth-wise RNN Transformer (Xu et al., the depth-wise LSTM without gates or cell)",
+    citations=(XU_REWIRING, XU_2020),
+    card_fields=("lstm_hidden", "lstm_activation", "share_hidden", "decoder_merge"),
+    presets={"depthwise-rnn": {}},
+)
 
 __all__ = ["DepthWiseRnnModel", "DepthWiseRnnForConditionalGeneration"]

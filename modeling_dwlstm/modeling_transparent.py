@@ -13,9 +13,9 @@ cross-attention keys/values are not yet cached, i.e. once per generation.
 import torch
 from torch import nn
 
-from .configuration_dwlstm import TransparentAttentionConfig
+from .configuration_dwlstm import FamilyMember, TransparentAttentionConfig
 from .modeling_dwlstm import CROSS_ATTENTION_SOURCE_CLASSES, LayerCombination
-from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+from .modeling_residual import VASWANI_2017, ResidualTransformerForConditionalGeneration, ResidualTransformerModel
 
 
 class TransparentAttention(LayerCombination):
@@ -57,5 +57,25 @@ class TransparentAttentionForConditionalGeneration(ResidualTransformerForConditi
     config_class = TransparentAttentionConfig
     base_model_class = TransparentAttentionModel
 
+
+
+BAPNA_2018 = """@inproceedings{bapna2018training,
+  title     = {Training Deeper Neural Machine Translation Models with Transparent Attention},
+  author    = {Bapna, Ankur and Chen, Mia Xu and Firat, Orhan and Cao, Yuan and Wu, Yonghui},
+  booktitle = {Proceedings of the 2018 Conference on Empirical Methods in Natural Language Processing},
+  year      = {2018}
+}"""
+
+# Bapna et al.'s 16-layer encoder (001 Table 6), beside the 6-layer base.
+MEMBER = FamilyMember(
+    config_class=TransparentAttentionConfig,
+    model_class=TransparentAttentionModel,
+    generation_class=TransparentAttentionForConditionalGeneration,
+    name="Transformer with transparent attention (Bapna et al. 2018)",
+    citations=(BAPNA_2018, VASWANI_2017),
+    card_fields=("norm_position",),
+    presets={"transparent-attention": {}},
+    hub_depths={"transparent-attention": [("base", 6, 6), ("base", 16, 6)]},
+)
 
 __all__ = ["TransparentAttention", "TransparentAttentionModel", "TransparentAttentionForConditionalGeneration"]

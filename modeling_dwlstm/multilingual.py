@@ -25,6 +25,7 @@ import torch
 
 from .batching import TokenBatchSampler, _length_order, pack_by_tokens, split_to_multiple
 from .data import LANGUAGE_CODE, load_parallel_corpus
+from .files import prepare_output_dir
 
 logger = logging.getLogger(__name__)
 
@@ -368,9 +369,9 @@ def evaluate_directions(args) -> dict:
     ``averages`` per group (`direction_groups`) and, given `args.baseline_results`, ``win_ratio`` (over
     sacreBLEU) with ``paired_bootstrap`` per direction (against the baseline's hypotheses of that direction).
     """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
+    from .checkpoints import load_saved_model, load_saved_tokenizer
     from .evaluation import (
+        check_parallel,
         paired_bootstrap,
         read_lines,
         score_translations,
@@ -394,8 +395,17 @@ def evaluate_directions(args) -> dict:
     identifier = None
     if args.off_target:
         identifier = LanguageIdentifier(sorted({code for name in names for code in name.split("-")}))
-    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+    empty = [f"{name} line {number}" for name in names
+             for number, pair in enumerate(tests[name], start=1) if not pair[name.split("-")[0]].strip()]
+    if empty:
+        logger.warning("%d empty source line(s) (the first: %s) get an empty translation.", len(empty), empty[0])
+    baseline_hypotheses = {name: read_lines(path) for name, path in baseline.items()} if baseline else None
+    for name in baseline_hypotheses or ():
+        check_parallel(baseline_hypotheses[name], [pair[name.split("-")[1]] for pair in tests[name]],
+                       f"baseline hypotheses in {baseline[name]}", f"the {name} references")
+    prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before loading and decoding, not after
+    tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
+    model = load_saved_model(args.model, "--model", trust_remote_code=args.trust_remote_code)
     model.to(args.device)
     tagged = [tag_source(pair[name.split("-")[0]], name.split("-")[1]) for name in names for pair in tests[name]]
     translations = translate_sentences(
@@ -412,10 +422,10 @@ def evaluate_directions(args) -> dict:
         directions[name]["off_target_rate"] = off_target_rate(hypotheses, target_lang, identifier) if identifier \
             else None
         if baseline is not None:
-            baseline_hypotheses = read_lines(baseline[name])
             directions[name]["paired_bootstrap"] = {
                 "baseline": str(baseline[name]),
-                **paired_bootstrap(hypotheses, baseline_hypotheses, references, num_samples=args.bootstrap_samples),
+                **paired_bootstrap(hypotheses, baseline_hypotheses[name], references,
+                                   num_samples=args.bootstrap_samples),
             }
         write_lines(hypotheses, Path(args.output_dir) / name / "hypotheses.txt")
     results = {

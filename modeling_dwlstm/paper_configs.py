@@ -11,39 +11,21 @@ from pathlib import Path
 
 from transformers import PreTrainedConfig
 
-from .configuration_dwlstm import (
-    DepthWiseRnnConfig,
-    DlclConfig,
-    DwLstmConfig,
-    HighwayTransformerConfig,
-    ResidualTransformerConfig,
-    TranslationTransformerConfig,
-    TransparentAttentionConfig,
-)
+from . import MEMBERS as FAMILY_MEMBERS
+from .configuration_dwlstm import TranslationTransformerConfig
 
 SIZES = {
     "base": dict(d_model=512, ffn_dim=2048, encoder_attention_heads=8, decoder_attention_heads=8, dropout=0.1),
     "big": dict(d_model=1024, ffn_dim=4096, encoder_attention_heads=16, decoder_attention_heads=16, dropout=0.3),
 }
+# Preset name -> (config class, fields), from each member's record (`FamilyMember.presets`).
 MEMBERS = {
-    "dwlstm": (DwLstmConfig, {}),
-    "residual-postnorm": (ResidualTransformerConfig, {"norm_position": "post"}),
-    "residual-prenorm": (ResidualTransformerConfig, {"norm_position": "pre"}),
-    "highway-sdu": (HighwayTransformerConfig, {"highway_variant": "sdu", "sdu_gate": "sigmoid"}),
-    "depthwise-rnn": (DepthWiseRnnConfig, {}),
-    "dlcl-prenorm": (DlclConfig, {"norm_position": "pre"}),
-    "dlcl-postnorm": (DlclConfig, {"norm_position": "post"}),
-    "transparent-attention": (TransparentAttentionConfig, {}),
+    preset: (member.config_class, preset_fields) for member in FAMILY_MEMBERS for preset, preset_fields in member.presets.items()
 }
 LAYERS = (6, 12, 18, 24)
 # Members published with deep encoders and 6-layer decoders: (size, encoder layers, decoder layers) to write,
-# instead of every size x LAYERS. DLCL: 003's pre-norm DLCL-30L and post-norm 20-layer DLCL (§5.1);
-# transparent attention: Bapna et al.'s 16-layer encoder (001 Table 6).
-HUB_DEPTHS = {
-    "dlcl-prenorm": [("base", 6, 6), ("base", 30, 6)],
-    "dlcl-postnorm": [("base", 6, 6), ("base", 20, 6)],
-    "transparent-attention": [("base", 6, 6), ("base", 16, 6)],
-}
+# instead of every size x LAYERS (`FamilyMember.hub_depths`).
+HUB_DEPTHS = {preset: depths for member in FAMILY_MEMBERS for preset, depths in member.hub_depths.items()}
 PAPER_VOCAB_SIZE = 35603
 
 

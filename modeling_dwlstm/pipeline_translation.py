@@ -66,11 +66,40 @@ class TranslationPipeline(Pipeline):
     _default_generation_config = GenerationConfig(max_new_tokens=256, num_beams=4)
 
     def __call__(self, inputs, **kwargs):
-        """Translate a text or a list of texts; see the class docstring for the output shape."""
-        result = super().__call__(inputs, **kwargs)
-        if isinstance(inputs, list) and all(len(translations) == 1 for translations in result):
+        """Translate a text or a list of texts; see the class docstring for the output shape.
+
+        An empty or blank text translates to "" without decoding (a model asked to translate nothing
+        would invent something), as `evaluation.translate_sentences` does; `[]` gives `[]`.
+        """
+        if inputs is None:
+            raise ValueError("The translation pipeline needs a text or a list of texts, got None.")
+        if not isinstance(inputs, (str, dict, list)):  # generators, datasets: streamed by the base class as is
+            return super().__call__(inputs, **kwargs)
+        items = [inputs] if isinstance(inputs, (str, dict)) else inputs
+        texts = []
+        for index, item in enumerate(items):
+            text = item.get("text") if isinstance(item, dict) else item  # dicts: one direction each (see class)
+            if not isinstance(text, str):
+                raise ValueError(f"The translation pipeline translates strings (or {{'text': ..., 'tgt_lang': ...}} "
+                                 f"dicts); item {index} is a {type(item).__name__}"
+                                 + (f" whose 'text' is a {type(text).__name__}." if isinstance(item, dict) else "."))
+            texts.append(text)
+        to_translate = [item for item, text in zip(items, texts) if text.strip()]
+        translated = iter(super().__call__(to_translate, **kwargs) if to_translate else [])
+        empty = self._empty_translations(kwargs)
+        result = [next(translated) if text.strip() else list(empty) for text in texts]
+        if isinstance(inputs, (str, dict)):
+            return result[0]
+        if all(len(translations) == 1 for translations in result):
             return [translations[0] for translations in result]
         return result
+
+    def _empty_translations(self, kwargs) -> list[dict]:
+        """What an empty text translates to: as many empty records as `num_return_sequences` asks for."""
+        count = kwargs.get("num_return_sequences") or self.model.generation_config.num_return_sequences or 1
+        if kwargs.get("return_tensors"):
+            return [{"translation_token_ids": torch.zeros(0, dtype=torch.long)} for _ in range(count)]
+        return [{"translation_text": ""} for _ in range(count)]
 
     def _sanitize_parameters(
         self, src_lang=None, tgt_lang=None, truncation=None, return_tensors=None, clean_up_tokenization_spaces=None,

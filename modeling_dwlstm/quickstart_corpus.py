@@ -20,6 +20,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from .files import atomic_write_text
+
 SOURCE_LANG, TARGET_LANG = "en", "de"
 DEFAULT_SPLITS = {"train": 12000, "valid": 300, "test": 300}
 
@@ -191,9 +193,7 @@ def write_corpus(output_dir: str | Path, splits: dict[str, int] | None = None, s
         part = pairs[start : start + size]
         start += size
         for index, language in enumerate((SOURCE_LANG, TARGET_LANG)):
-            (output_dir / f"{split}.{language}").write_text(
-                "".join(pair[index] + "\n" for pair in part), encoding="utf-8"
-            )
+            atomic_write_text(output_dir / f"{split}.{language}", "".join(pair[index] + "\n" for pair in part))
     return output_dir
 
 

@@ -16,10 +16,15 @@
   no gradient clipping;
 - saves a checkpoint every 1,500 steps with optimizer, scheduler and RNG state, so that
   ``resume_from_checkpoint`` ("last" or a path) continues a killed run exactly (same weights as an
-  uninterrupted run); each checkpoint is written under ``output_dir/.incomplete/`` and renamed into place
-  when complete;
-- optionally reports validation loss and BLEU (`evaluation.score_translations`) every `eval_steps`;
-- saves the final model, tokenizer and generation config in `output_dir`.
+  uninterrupted run); a checkpoint counts only once the Trainer wrote its trainer_state.json (last), and
+  it gets a checksum manifest and the run's arguments, checked when it is resumed or averaged;
+- optionally reports validation loss and BLEU (`metrics.translation_compute_metrics`) every `eval_steps`;
+- saves the final model, tokenizer and generation config in `output_dir`, with a checksum manifest.
+
+Nothing is silent: a non-empty `output_dir` is refused before any work unless resuming or
+``--overwrite_output_dir``; a non-finite loss stops the run at once with the step and what to try
+(`TrainingDiverged`); resuming with other settings than the checkpoint's is refused; a full disk while
+saving says so and names the intact checkpoint.
 """
 
 import json
@@ -27,7 +32,8 @@ import logging
 import math
 import os
 import shutil
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,19 +41,35 @@ from torch.utils.data import DataLoader
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
-    AutoTokenizer,
     DataCollatorForSeq2Seq,
     HfArgumentParser,
+    PrinterCallback,
+    ProgressCallback,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     TrainerCallback,
     set_seed,
 )
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .batching import TokenBatchSampler
-from .checkpoints import complete_checkpoints
+from .checkpoints import (
+    WEIGHTS_NAME,
+    check_finite_weights,
+    complete_checkpoints,
+    load_saved_model,
+    load_saved_tokenizer,
+)
 from .data import load_parallel_corpus, tokenize_pairs
+from .files import (
+    atomic_write_json,
+    is_no_space_error,
+    prepare_output_dir,
+    set_threads,
+    verify_checksums,
+    write_checksums,
+)
+from .metrics import translation_compute_metrics
 from .multilingual import (
     TemperatureTokenBatchSampler,
     load_multilingual_corpus,
@@ -72,6 +94,8 @@ class ModelArguments:
         "Tokenizer directory or Hub id (scripts/train_tokenizer.py writes one); defaults to model_name_or_path.")})
     config_overrides: str | None = field(default=None, metadata={"help": (
         "Comma-separated config changes for a fresh model, e.g. 'dropout=0.3,encoder_layers=12'.")})
+    threads: int | None = field(default=None, metadata={"help": (
+        "torch CPU threads (default: torch's). On a busy machine 1 can be several times faster.")})
 
 
 @dataclass
@@ -127,6 +151,8 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     report_to: None | str | list[str] = field(default="none", metadata={"help": "Experiment trackers."})
     generation_num_beams: int | None = field(default=4, metadata={"help": "Beam size for validation BLEU."})
     output_dir: str | None = field(default=None, metadata={"help": "Where checkpoints and the final model go."})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": (
+        "Train into a non-empty --output_dir, deleting its checkpoints first (refused otherwise).")})
 
     def __post_init__(self):
         if self.output_dir is None:
@@ -169,38 +195,98 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
             pin_memory=self.args.dataloader_pin_memory and torch.accelerator.is_available(),
         )
 
-    def _save_checkpoint(self, model, trial):
-        """Write ``checkpoint-N`` under ``output_dir/.incomplete/`` and rename it into place once every file
-        (weights, optimizer, scheduler, every rank's RNG state, trainer state) is written: a run killed while
-        saving leaves no half-written checkpoint where resuming or averaging would pick it up."""
-        run_dir = Path(super()._get_output_dir(trial))
-        staging_dir = run_dir / ".incomplete"
-        checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        if self.args.should_save and staging_dir.exists():
-            shutil.rmtree(staging_dir)  # left by a run killed while saving
-        self.accelerator.wait_for_everyone()
-        # The Trainer names the checkpoint folder after `_get_output_dir`; pointing it at the staging folder
-        # for the duration of this call is the one hook that does not copy the Trainer's saving code.
-        self._staging_dir = staging_dir
-        try:
-            super()._save_checkpoint(model, trial)  # writes into staging_dir via _get_output_dir
-        finally:
-            self._staging_dir = None
-        self.accelerator.wait_for_everyone()
-        if self.args.should_save:
-            if self.state.best_model_checkpoint == str(staging_dir / checkpoint):
-                self.state.best_model_checkpoint = str(run_dir / checkpoint)
-                self.state.save_to_json(str(staging_dir / checkpoint / "trainer_state.json"))
-            if (run_dir / checkpoint).exists():  # saved twice at one step: the newer copy wins
-                shutil.rmtree(run_dir / checkpoint)
-            (staging_dir / checkpoint).rename(run_dir / checkpoint)
-            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
-                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
-        self.accelerator.wait_for_everyone()
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """The Trainer's step, stopping at once when the loss is not finite (the Trainer's logging would show
+        the mean of the finite losses, "loss 0", while every weight became NaN). Under fp16 a few overflows in
+        a row are normal (the loss scaler skips those steps), so only `FP16_OVERFLOWS_ALLOWED` are tolerated."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if bool(torch.isfinite(loss)):
+            self._overflows = 0
+            return loss
+        self._overflows = getattr(self, "_overflows", 0) + 1
+        if not self.args.fp16 or self._overflows > FP16_OVERFLOWS_ALLOWED:
+            raise TrainingDiverged(self.state.global_step + 1, float(loss), self.args)
+        return loss
 
-    def _get_output_dir(self, trial) -> str:
-        staging_dir = getattr(self, "_staging_dir", None)
-        return str(staging_dir) if staging_dir is not None else super()._get_output_dir(trial)
+
+FP16_OVERFLOWS_ALLOWED = 8
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite: the message names the step and what to try."""
+
+    def __init__(self, step: int, loss: float, args):
+        checkpoints = complete_checkpoints(args.output_dir)
+        earlier = f"the last checkpoint is {checkpoints[-1]}" if checkpoints else "no checkpoint was saved before"
+        super().__init__(
+            f"Training diverged at step {step}: the loss is {loss} and the weights are no longer usable ({earlier}; "
+            f"nothing more is saved). Try a lower --learning_rate (now {args.learning_rate:g}), more --warmup_steps "
+            f"(now {args.warmup_steps:g}) or --max_grad_norm 1.0, in a new --output_dir."
+        )
+
+
+class CheckpointRecordCallback(TrainerCallback):
+    """After the Trainer has written a checkpoint: refuse one with non-finite weights, then add the run's
+    arguments (`RUN_ARGUMENTS_NAME`, compared when resuming) and a checksum manifest, written last.
+
+    `on_save` is the public hook that runs after `Trainer._save_checkpoint` has written every file."""
+
+    def __init__(self, run_arguments: dict):
+        self.run_arguments = run_arguments
+
+    def on_save(self, args, state, control, model=None, **kwargs):
+        checkpoint = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.barrier()  # every rank has written its RNG state
+        if model is not None:
+            try:
+                check_finite_weights(model, f"step {state.global_step}")
+            except ValueError as error:
+                if args.should_save:
+                    shutil.rmtree(checkpoint, ignore_errors=True)  # never leave a diverged checkpoint to resume
+                raise TrainingDiverged(state.global_step, float("nan"), args) from error
+        if args.should_save and checkpoint.is_dir():
+            atomic_write_json(checkpoint / RUN_ARGUMENTS_NAME, self.run_arguments)
+            write_checksums(checkpoint)
+
+
+class QuietProgressCallback(ProgressCallback):
+    """The Trainer's progress bars without its printing of every log dict (`ReadableLogCallback` logs them)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pass
+
+
+class TimeEstimateCallback(TrainerCallback):
+    """Say once, after the first `MEASURED_STEPS` updates (fewer in a short run), how long the run will take."""
+
+    MEASURED_STEPS = 10
+
+    def __init__(self):
+        self.start = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.start is None:
+            self.start, self.first_step = time.perf_counter(), state.global_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        measured = max(1, min(self.MEASURED_STEPS, (state.max_steps - self.first_step) // 2))  # short runs too
+        if self.start is None or state.global_step != self.first_step + measured:
+            return
+        per_step = (time.perf_counter() - self.start) / measured
+        remaining = per_step * (state.max_steps - state.global_step)
+        if state.is_world_process_zero:
+            logger.info("%.2f s per update: the remaining %d updates take about %s.%s", per_step,
+                        state.max_steps - state.global_step, _duration(remaining),
+                        " Consider a smaller model, --max_steps or a GPU." if remaining > 86400 else "")
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 60:.0f} minutes"
 
 
 class EpochDataLoader(DataLoader):
@@ -223,6 +309,23 @@ class ReadableLogCallback(TrainerCallback):
         logger.info(" | ".join(parts))
 
 
+class WallClockCallback(TrainerCallback):
+    """Adds `wall_time` (seconds of training so far, over every resumed part of the run) to each log event,
+    so that learning curves can be drawn against time. A resumed run continues from the last logged value;
+    the time between that log event and the interruption is not counted (that work is redone)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        logged = [entry["wall_time"] for entry in state.log_history if "wall_time" in entry]
+        self.offset = logged[-1] if logged else 0.0
+        self.start = time.monotonic()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        wall_time = round(self.offset + time.monotonic() - self.start, 2)
+        state.log_history[-1]["wall_time"] = wall_time  # the Trainer stored a copy of `logs` before calling back
+        if logs is not None:
+            logs["wall_time"] = wall_time
+
+
 def token_lengths(dataset) -> tuple[list[int], list[int]]:
     """Source and target token counts of a tokenized dataset, read from Arrow without decoding the ids."""
     import pyarrow.compute as pc
@@ -238,7 +341,8 @@ def build_model_and_tokenizer(model_args: ModelArguments, language_pair: str | N
     if path.suffix == ".json" and tokenizer_path == model_args.model_name_or_path:
         raise ValueError("A fresh model from a config file needs --tokenizer_name_or_path "
                          "(train one with scripts/train_tokenizer.py).")
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    tokenizer = load_saved_tokenizer(
+        tokenizer_path, "--tokenizer_name_or_path" if model_args.tokenizer_name_or_path else "--model_name_or_path")
     if path.suffix == ".json":
         if not path.is_file():
             raise ValueError(f"Config file {path} does not exist; hub_configs/ lists the papers' models.")
@@ -250,19 +354,34 @@ def build_model_and_tokenizer(model_args: ModelArguments, language_pair: str | N
                         len(tokenizer))
         config = AutoConfig.for_model(settings.pop("model_type"), **{**settings, **tokenizer_model_kwargs(tokenizer)})
         if model_args.config_overrides:
-            config.update_from_string(model_args.config_overrides)
-            config.check_values()
+            apply_config_overrides(config, model_args.config_overrides)
         if language_pair and language_pair not in config.language_pairs:
             config.language_pairs = [*config.language_pairs, language_pair]
         model = AutoModelForSeq2SeqLM.from_config(config)
     else:
         if model_args.config_overrides:
             raise ValueError("--config_overrides applies to a fresh model from a config JSON file only.")
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+        model = load_saved_model(model_args.model_name_or_path, "--model_name_or_path")
         if model.config.vocab_size != len(tokenizer):
             raise ValueError(f"The model has {model.config.vocab_size} embeddings but the tokenizer "
                              f"{len(tokenizer)} tokens: they do not belong together.")
     return model, tokenizer
+
+
+def apply_config_overrides(config, overrides: str) -> None:
+    """Apply "name=value,name=value" to `config`, each change checked, with a one-line error naming the bad one."""
+    for item in (item.strip() for item in overrides.split(",")):
+        name, equals, value = (part.strip() for part in item.partition("="))
+        if not equals or not name:
+            raise ValueError(f"--config_overrides: {item!r} is not name=value (e.g. 'dropout=0.3,encoder_layers=12').")
+        if not hasattr(config, name):
+            raise ValueError(f"--config_overrides: {config.model_type} configs have no field {name!r}.")
+        try:
+            config.update_from_string(f"{name}={value}")
+        except ValueError as error:
+            kind = type(getattr(config, name)).__name__
+            raise ValueError(f"--config_overrides: {name}={value!r} is not a valid {kind} ({error}).") from error
+    config.check_values()
 
 
 def gradient_accumulation_for(target_tokens: int, max_tokens: int, world_size: int) -> int:
@@ -271,22 +390,83 @@ def gradient_accumulation_for(target_tokens: int, max_tokens: int, world_size: i
 
 
 def _resolve_resume(training_args: TranslationTrainingArguments) -> str | None:
-    """`resume_from_checkpoint`: None, "last"/"true" (newest complete checkpoint) or a checkpoint path."""
+    """`resume_from_checkpoint`: None, "last"/"true" (newest complete checkpoint) or a checkpoint path.
+
+    Also prepares `output_dir` before any work: a new run needs it empty (or --overwrite_output_dir, which
+    deletes the old run's checkpoints), and it must be writable.
+    """
     requested = training_args.resume_from_checkpoint
+    if requested is not None and training_args.overwrite_output_dir:
+        raise ValueError("--resume_from_checkpoint continues the run in --output_dir, --overwrite_output_dir deletes "
+                         "it: give one of them.")
     checkpoints = complete_checkpoints(training_args.output_dir)
     existing = checkpoints[-1] if checkpoints else None
     if requested is None:
-        if existing is not None:
+        if existing is not None and not training_args.overwrite_output_dir:
             raise ValueError(f"{training_args.output_dir} already holds checkpoints of a run ({existing.name}). Pass "
                              "--resume_from_checkpoint last to continue it, or choose another --output_dir.")
+        if training_args.should_save:
+            prepare_output_dir(training_args.output_dir, training_args.overwrite_output_dir)
+            for old in Path(training_args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+                shutil.rmtree(old)  # another run's checkpoints must not be resumed or averaged with this one's
         return None
+    if training_args.should_save:
+        prepare_output_dir(training_args.output_dir, overwrite=True)
     if str(requested).lower() in ("last", "true"):
         if existing is None:
             raise ValueError(f"--resume_from_checkpoint {requested}: {training_args.output_dir} has no complete checkpoint.")
-        return str(existing)
-    if not (Path(requested) / "trainer_state.json").is_file():
+        requested = existing
+    elif not (Path(requested) / "trainer_state.json").is_file():
         raise ValueError(f"--resume_from_checkpoint {requested}: not a complete checkpoint (no trainer_state.json).")
+    verify_checksums(requested)
     return str(requested)
+
+
+RUN_ARGUMENTS_NAME = "run_arguments.json"
+# Settings that a resumed run cannot change: the checkpoint's optimizer, schedule and batch order win (the
+# change would have no effect) or exact resuming breaks. max_steps, saving, logging and evaluation may change.
+FIXED_WHEN_RESUMING = (
+    "model_name_or_path", "tokenizer_name_or_path", "config_overrides", "dataset", "source_lang", "target_lang",
+    "train_split", "hub_config", "max_length", "max_tokens", "target_tokens_per_update", "max_train_pairs",
+    "add_language_tag", "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm",
+    "lr_scheduler_type", "warmup_steps", "seed", "data_seed", "gradient_accumulation_steps", "optim", "fp16", "bf16",
+)
+
+
+def run_arguments(model_args, data_args, training_args) -> dict:
+    """The settings in `FIXED_WHEN_RESUMING`, as JSON values (saved in every checkpoint)."""
+    values = {**asdict(model_args), **asdict(data_args)}
+    values.update({name: getattr(training_args, name) for name in FIXED_WHEN_RESUMING if hasattr(training_args, name)})
+    return json.loads(json.dumps({name: values[name] for name in FIXED_WHEN_RESUMING if name in values}, default=str))
+
+
+def check_resume_matches(checkpoint: str, arguments: dict, model) -> None:
+    """Refuse to resume `checkpoint` with other settings or another model size than it was saved with."""
+    checkpoint = Path(checkpoint)
+    recorded_path = checkpoint / RUN_ARGUMENTS_NAME
+    if recorded_path.is_file():
+        recorded = json.loads(recorded_path.read_text(encoding="utf-8"))
+        changed = [name for name in recorded if name in arguments and recorded[name] != arguments[name]]
+        if changed:
+            before = ", ".join(f"{name}={recorded[name]}" for name in changed)
+            now = ", ".join(f"{name}={arguments[name]}" for name in changed)
+            raise ValueError(
+                f"--resume_from_checkpoint {checkpoint.name}: it was trained with {before} but this command gives "
+                f"{now}. A resumed run keeps the checkpoint's optimizer, schedule and batches, so pass the same "
+                f"values, or start a new run from its weights (--model_name_or_path {checkpoint}) in a new --output_dir.")
+    weights_path = checkpoint / WEIGHTS_NAME
+    if weights_path.is_file():
+        from safetensors import safe_open
+
+        shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+        with safe_open(weights_path, framework="pt") as weights:
+            for name in weights.keys():
+                saved = tuple(weights.get_slice(name).get_shape())
+                if name in shapes and shapes[name] != saved:
+                    raise ValueError(
+                        f"--resume_from_checkpoint {checkpoint.name} holds another model size ({name} is {saved} "
+                        f"there, {shapes[name]} here): resume with the run's own --model_name_or_path and "
+                        "--config_overrides, or train into a new --output_dir.")
 
 
 def load_tokenized_split(data_args: DataArguments, tokenizer, split: str, source: str, max_pairs: int | None,
@@ -295,23 +475,6 @@ def load_tokenized_split(data_args: DataArguments, tokenizer, split: str, source
                                  hub_config=data_args.hub_config)
     return tokenize_pairs(pairs, tokenizer, data_args.source_lang, data_args.target_lang, max_length=max_length,
                           add_language_tag=data_args.add_language_tag, num_proc=data_args.preprocessing_num_workers)
-
-
-def bleu_metric(tokenizer, target_lang: str):
-    """`compute_metrics` for predict_with_generate: the scores of `evaluation.score_translations`."""
-    import numpy as np
-
-    from .evaluation import score_translations  # sacrebleu is needed only when BLEU is asked for
-
-    def compute(prediction):
-        hypotheses, references = (
-            tokenizer.batch_decode(np.where(ids == -100, tokenizer.pad_token_id, ids), skip_special_tokens=True)
-            for ids in (prediction.predictions, prediction.label_ids)
-        )
-        scores = score_translations(hypotheses, references, target_lang)
-        return {"bleu": scores["sacrebleu"], "tokenized_bleu": scores["tokenized_bleu"], "chrf": scores["chrf"]}
-
-    return compute
 
 
 def train_translation(model_args: ModelArguments, data_args: DataArguments, training_args: TranslationTrainingArguments,
@@ -324,6 +487,7 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
     if training_args.label_smoothing_factor:
         raise ValueError("Leave --label_smoothing_factor at 0: the model applies its config's `label_smoothing`"
                          " (0.1 by default); set it with --config_overrides label_smoothing=...")
+    set_threads(model_args.threads)
     resume = _resolve_resume(training_args)
     _log_to_file(training_args)
     set_seed(training_args.seed)
@@ -342,8 +506,8 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
                 data_args, tokenizer, data_args.validation_split or "validation",
                 data_args.validation_dataset or data_args.dataset, data_args.max_validation_pairs, None,
             )
-    return _train(model, tokenizer, train_dataset, eval_dataset, data_args, training_args, resume, callbacks,
-                  data_args.target_lang)
+    return _train(model, tokenizer, train_dataset, eval_dataset, model_args=model_args, data_args=data_args,
+                  training_args=training_args, resume=resume, callbacks=callbacks, target_lang=data_args.target_lang)
 
 
 def _train_multilingual(model_args, data_args, training_args, resume, callbacks):
@@ -368,10 +532,13 @@ def _train_multilingual(model_args, data_args, training_args, resume, callbacks)
         eval_dataset = None
         if data_args.validation_split:
             eval_dataset = split_by_direction(load(data_args.validation_split, data_args.max_validation_pairs, None))
-    return _train(model, tokenizer, train_dataset, eval_dataset, data_args, training_args, resume, callbacks, None)
+    return _train(model, tokenizer, train_dataset, eval_dataset, model_args=model_args, data_args=data_args,
+                  training_args=training_args, resume=resume, callbacks=callbacks, target_lang=None)
 
 
-def _train(model, tokenizer, train_dataset, eval_dataset, data_args, training_args, resume, callbacks, target_lang):
+def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_args, training_args, resume, callbacks,
+           target_lang):
+    """The shared second half of bilingual and multilingual training: checks, the Trainer, the final save."""
     if data_args.target_tokens_per_update:
         training_args.gradient_accumulation_steps = gradient_accumulation_for(
             data_args.target_tokens_per_update, data_args.max_tokens, training_args.world_size)
@@ -382,18 +549,47 @@ def _train(model, tokenizer, train_dataset, eval_dataset, data_args, training_ar
     logger.info("Model: %s, %.2fM parameters; %d training pairs; %d-token batches x %d accumulation x %d processes.",
                 model.config.model_type, model.num_parameters() / 1e6, len(train_dataset), data_args.max_tokens,
                 training_args.gradient_accumulation_steps, training_args.world_size)
+    arguments = run_arguments(model_args, data_args, training_args)
+    if resume is not None:
+        check_resume_matches(resume, arguments, model)
     trainer = TokenBatchSeq2SeqTrainer(
         model=model, args=training_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
         processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
-        compute_metrics=bleu_metric(tokenizer, target_lang) if data_args.validation_bleu else None,
-        callbacks=[ReadableLogCallback(), *(callbacks or [])], max_tokens=data_args.max_tokens,
-        sampling_temperature=data_args.sampling_temperature,
+        compute_metrics=translation_compute_metrics(tokenizer, target_lang=target_lang)
+        if data_args.validation_bleu else None,
+        callbacks=[WallClockCallback(), ReadableLogCallback(), CheckpointRecordCallback(arguments),
+                   TimeEstimateCallback(), *(callbacks or [])],
+        max_tokens=data_args.max_tokens, sampling_temperature=data_args.sampling_temperature,
     )
-    result = trainer.train(resume_from_checkpoint=resume)
+    # One line per log event: ReadableLogCallback's, not also the Trainer's printed dict.
+    trainer.remove_callback(PrinterCallback)
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(QuietProgressCallback)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    except OSError as error:
+        if not is_no_space_error(error):
+            raise
+        raise OSError(error.errno, _no_space_message(training_args.output_dir, trainer.state.global_step)) from error
+    check_finite_weights(model, f"The model after step {trainer.state.global_step}")
     trainer.save_model()
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
+    trainer.save_state()  # trainer_state.json with the whole log history, beside the final model
+    if training_args.should_save:
+        write_checksums(training_args.output_dir)
     return trainer
+
+
+def _no_space_message(output_dir: str, step: int) -> str:
+    """Say that the disk is full, remove the unfinished checkpoint (it frees space), name the intact one."""
+    unfinished = Path(output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+    if unfinished.is_dir() and not (unfinished / "trainer_state.json").is_file():
+        shutil.rmtree(unfinished, ignore_errors=True)
+    checkpoints = complete_checkpoints(output_dir)
+    intact = (f"the earlier checkpoint {checkpoints[-1]} is intact: free space, then --resume_from_checkpoint last"
+              if checkpoints else "no earlier checkpoint exists")
+    return f"No space left on the device while saving step {step} in {output_dir}; {intact}."
 
 
 def _log_to_file(training_args: TranslationTrainingArguments):
@@ -406,12 +602,25 @@ def _log_to_file(training_args: TranslationTrainingArguments):
     for handler in [h for h in package_logger.handlers if getattr(h, "is_training_log", False)]:
         package_logger.removeHandler(handler)  # a previous run's log file, in the same process
         handler.close()
-    file_handler = logging.FileHandler(os.path.join(training_args.output_dir, "train.log"))
-    stream_handler = logging.StreamHandler()
-    for handler in (file_handler, stream_handler):
+    handlers = [logging.FileHandler(os.path.join(training_args.output_dir, "train.log"))]
+    if not logging.getLogger().handlers:  # a root handler (logging.basicConfig) already shows each line once
+        handlers.append(TqdmLoggingHandler())
+    for handler in handlers:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handler.is_training_log = True
         package_logger.addHandler(handler)
+
+
+class TqdmLoggingHandler(logging.StreamHandler):
+    """Log lines written above the progress bar (through tqdm) instead of through it."""
+
+    def emit(self, record):
+        from tqdm.auto import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001  (logging must never raise; the standard handlers do the same)
+            self.handleError(record)
 
 
 def parse_training_arguments(args: list[str] | None = None):
@@ -429,4 +638,6 @@ __all__ = [
     "build_model_and_tokenizer",
     "parse_training_arguments",
     "gradient_accumulation_for",
+    "apply_config_overrides",
+    "TrainingDiverged",
 ]

@@ -10,6 +10,8 @@ The output loads with `AutoModelForSeq2SeqLM.from_pretrained` and `AutoTokenizer
 import argparse
 
 from modeling_dwlstm.checkpoints import average_checkpoints, last_checkpoints
+from modeling_dwlstm.cli import exit_on_error
+from modeling_dwlstm.files import prepare_output_dir
 
 
 def main(argv=None):
@@ -19,11 +21,13 @@ def main(argv=None):
     source.add_argument("--checkpoints", nargs="+", help="Checkpoint folders to average, in any order.")
     parser.add_argument("--last", type=int, default=5, help="How many of the newest checkpoints (5 base, 20 big).")
     parser.add_argument("--output_dir", required=True, help="A new directory for the averaged model.")
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="Replace what --output_dir holds.")
     args = parser.parse_args(argv)
     checkpoints = last_checkpoints(args.run_dir, args.last) if args.run_dir else args.checkpoints
-    output = average_checkpoints(checkpoints, args.output_dir)
+    prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # refused or unwritable: before the work
+    output = average_checkpoints(checkpoints, args.output_dir, overwrite=True)
     print(f"Averaged {len(checkpoints)} checkpoints ({', '.join(str(c) for c in checkpoints)}) into {output}")
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_error(main)

@@ -14,8 +14,9 @@ import json
 from transformers import HfArgumentParser
 
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
+from modeling_dwlstm.cli import exit_on_error
 from modeling_dwlstm.evaluation import EvaluationArguments, run_evaluation
 
 if __name__ == "__main__":
     (arguments,) = HfArgumentParser(EvaluationArguments).parse_args_into_dataclasses()
-    print(json.dumps(run_evaluation(arguments), indent=2, ensure_ascii=False))
+    print(json.dumps(exit_on_error(run_evaluation, arguments), indent=2, ensure_ascii=False))

@@ -5,20 +5,13 @@ in a short training run on Multi30k. Prints the norms over the run and writes th
 """
 
 import argparse
-import gzip
-import json
 from pathlib import Path
 
 from modeling_dwlstm import DlclConfig, ResidualTransformerConfig
+from modeling_dwlstm.data import load_parallel_corpus
+from modeling_dwlstm.files import atomic_write_json
 from modeling_dwlstm.gradient_norms import compare_embedding_gradient_norms, translation_batches
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
-
-
-def read_lines(path: Path, count: int) -> list[str]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; pass --data_dir pointing at the Multi30k files ({{split}}.{{lang}}.gz).")
-    with gzip.open(path, "rt", encoding="utf-8") as lines:
-        return [line.rstrip("\n") for _, line in zip(range(count), lines)]
 
 
 def main():
@@ -37,8 +30,9 @@ def main():
     parser.add_argument("--output", type=Path, default=Path("gradient_norms.json"))
     args = parser.parse_args()
 
-    sources = read_lines(args.data_dir / f"train.{args.source}.gz", args.sentences)
-    targets = read_lines(args.data_dir / f"train.{args.target}.gz", args.sentences)
+    pairs = load_parallel_corpus(args.data_dir, args.source, args.target, "train", max_pairs=args.sentences)
+    sources = [pair[args.source] for pair in pairs["translation"]]
+    targets = [pair[args.target] for pair in pairs["translation"]]
     tokenizer = train_joint_bpe_tokenizer(sources + targets, vocab_size=2000)
     size = dict(
         **tokenizer_model_kwargs(tokenizer), d_model=args.d_model, ffn_dim=4 * args.d_model, encoder_attention_heads=4,
@@ -50,7 +44,7 @@ def main():
     }
     batches = translation_batches(tokenizer, list(zip(sources, targets)), args.batch_size, args.steps)
     results = compare_embedding_gradient_norms(configs, batches, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
-    args.output.write_text(json.dumps(results, indent=1) + "\n")
+    atomic_write_json(args.output, results)
     print(f"{args.encoder_layers}-layer encoder, {args.decoder_layers}-layer decoder, d_model {args.d_model}, "
           f"{args.steps} steps of {args.batch_size} sentence pairs ({args.source}->{args.target})")
     print("step  " + "  ".join(f"{name:>28}" for name in results))

@@ -11,9 +11,9 @@ Afterwards `AutoModelForSeq2SeqLM.from_pretrained("user/...", trust_remote_code=
 
 import argparse
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
 import modeling_dwlstm  # noqa: F401  (registers the family, so the saved model carries its code)
+from modeling_dwlstm.checkpoints import load_saved_model, load_saved_tokenizer
+from modeling_dwlstm.cli import exit_on_error
 from modeling_dwlstm.hub import model_card, push_translation_model, read_results
 
 if __name__ == "__main__":
@@ -25,9 +25,12 @@ if __name__ == "__main__":
     parser.add_argument("--private", action="store_true")
     parser.add_argument("--token", default=None)
     args = parser.parse_args()
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    results = read_results(args.results) if args.results else None
-    card = model_card(model, args.training_data, results, repo_id=args.repo_id)
-    commit = push_translation_model(model, tokenizer, args.repo_id, card, private=args.private, token=args.token)
-    print(f"Pushed {args.model} to {args.repo_id}: {commit.commit_url}")
+
+    def push():
+        model = load_saved_model(args.model)  # checked: checksums, finite weights
+        tokenizer = load_saved_tokenizer(args.model, "--model")
+        results = read_results(args.results) if args.results else None
+        card = model_card(model, args.training_data, results, repo_id=args.repo_id)
+        return push_translation_model(model, tokenizer, args.repo_id, card, private=args.private, token=args.token)
+
+    print(f"Pushed {args.model} to {args.repo_id}: {exit_on_error(push).commit_url}")

@@ -20,6 +20,7 @@ from modeling_dwlstm.quickstart import (
     format_summary,
     run_quickstart,
 )
+from modeling_dwlstm.training import TqdmLoggingHandler
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -31,7 +32,8 @@ if __name__ == "__main__":
         "processes share them, makes each step several times slower (threads wait for each other)."))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    # Through tqdm, so that log lines do not break into the progress bars.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", handlers=[TqdmLoggingHandler()])
     if args.overwrite and Path(args.output_dir).exists():
         shutil.rmtree(args.output_dir)
     summary = run_quickstart(args.output_dir, QuickstartSettings(max_steps=args.max_steps))

@@ -17,7 +17,10 @@ model's tokenizer has none (the translation pipeline prepends a tag whenever the
 import argparse
 import logging
 
+from modeling_dwlstm.checkpoints import save_pretrained_atomically
+from modeling_dwlstm.cli import exit_on_error
 from modeling_dwlstm.data import load_parallel_corpus, train_corpus_tokenizer, train_sentence_tokenizer
+from modeling_dwlstm.files import prepare_output_dir
 from modeling_dwlstm.multilingual import balanced_sentences, language_tag, load_multilingual_corpus, parse_sources
 
 
@@ -39,13 +42,17 @@ def main(argv=None):
     parser.add_argument("--language_tags", nargs="*", default=[], help="Tags to reserve for a multilingual model, e.g. <2de> <2fr>.")
     parser.add_argument("--model_max_length", type=int, default=1024, help="The model's max_position_embeddings.")
     parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="Replace what --output_dir holds.")
     args = parser.parse_args(argv)
+    if args.language_pairs and (args.source_lang or args.target_lang):
+        parser.error("--language_pairs replaces --source_lang/--target_lang: pass one or the other.")
+    if not args.language_pairs and not (args.source_lang and args.target_lang):
+        parser.error("Pass --source_lang and --target_lang, or --language_pairs.")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before reading and training, not after
 
     settings = {"merges": args.merges, "min_frequency": args.min_frequency, "model_max_length": args.model_max_length}
     if args.language_pairs:
-        if args.source_lang or args.target_lang:
-            parser.error("--language_pairs replaces --source_lang/--target_lang: pass one or the other.")
         sources = parse_sources(args.dataset, args.language_pairs, args.more_datasets, args.split)
         corpus = load_multilingual_corpus(sources, args.split, max_pairs=args.max_pairs, hub_config=args.hub_config)
         targets = sorted({target for _, directions in sources for _, target in directions})
@@ -53,17 +60,15 @@ def main(argv=None):
         sentences = balanced_sentences(corpus, args.sampling_temperature, args.seed)
         tokenizer = train_sentence_tokenizer(lambda: iter(sentences), language_tags=tags, **settings)
     else:
-        if not args.source_lang or not args.target_lang:
-            parser.error("Pass --source_lang and --target_lang, or --language_pairs.")
         languages = [args.source_lang, args.target_lang]
         corpus = load_parallel_corpus(args.dataset, *languages, split=args.split, max_pairs=args.max_pairs,
                                       hub_config=args.hub_config)
         tags = list(dict.fromkeys(args.language_tags))  # unique, in order
         tokenizer = train_corpus_tokenizer([corpus], languages, language_tags=tags, **settings)
-    tokenizer.save_pretrained(args.output_dir)
+    save_pretrained_atomically(tokenizer, args.output_dir)
     logging.info("Saved a %d-token joint BPE tokenizer (%d pairs of %s) to %s.", len(tokenizer), len(corpus),
                  args.dataset, args.output_dir)
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_error(main)

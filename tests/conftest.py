@@ -14,6 +14,7 @@ from modeling_dwlstm import (
     DwLstmConfig,
     HighwayTransformerConfig,
     ResidualTransformerConfig,
+    ReZeroTransformerConfig,
     TransparentAttentionConfig,
 )
 
@@ -93,6 +94,10 @@ CASES.update({
         DepthWiseRnnConfig, {"lstm_hidden": hidden, "share_hidden": share_hidden, "decoder_merge": merge}
     )
     for hidden, share_hidden, merge in itertools.product(("linear", "ffn", "glu"), (False, True), ("add", "concat"))
+})
+CASES.update({
+    "rezero": (ReZeroTransformerConfig, {}),
+    "rezero-gelu": (ReZeroTransformerConfig, {"activation_function": "gelu"}),
 })
 CASES.update({
     "rnn-linear-tanh": (DepthWiseRnnConfig, {"lstm_hidden": "linear", "lstm_activation": "tanh"}),

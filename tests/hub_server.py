@@ -12,6 +12,9 @@ that huggingface_hub's client uses for a push and a download (`HF_ENDPOINT=http:
     HEAD/GET /{repo}/resolve/{revision}/{path}      a file, with X-Repo-Commit and ETag headers;
                                                     404 with X-Error-Code EntryNotFound / RepoNotFound
 
+Spaces (`/api/spaces/...`, `/spaces/{repo}/resolve/...`, as for an `evaluate` metric Space) are served the same
+way, from the same store.
+
 Repositories live in memory: {repo_id: {path: bytes}}, plus a commit hash per repository. Every
 request is recorded in `requests` so that tests can see what the client asked for.
 """
@@ -25,15 +28,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
 
 REPO = r"(?P<repo>[^/]+/[^/]+)"
+API = r"/api/(?:models|spaces)"  # a metric Space is stored like a model repository
 ROUTES = [
     ("POST", re.compile(r"/api/repos/create"), "create_repo"),
     ("POST", re.compile(r"/api/validate-yaml"), "validate_yaml"),
-    ("POST", re.compile(rf"/api/models/{REPO}/preupload/(?P<revision>[^/]+)"), "preupload"),
-    ("POST", re.compile(rf"/api/models/{REPO}/commit/(?P<revision>[^/]+)"), "commit"),
-    ("GET", re.compile(rf"/api/models/{REPO}/tree/(?P<revision>[^/]+)(?:/(?P<path>.*))?"), "tree"),
-    ("GET", re.compile(rf"/api/models/{REPO}(?:/revision/(?P<revision>[^/]+))?"), "repo_info"),
-    ("GET", re.compile(rf"/{REPO}/resolve/(?P<revision>[^/]+)/(?P<path>.+)"), "resolve"),
-    ("HEAD", re.compile(rf"/{REPO}/resolve/(?P<revision>[^/]+)/(?P<path>.+)"), "resolve"),
+    ("POST", re.compile(rf"{API}/{REPO}/preupload/(?P<revision>[^/]+)"), "preupload"),
+    ("POST", re.compile(rf"{API}/{REPO}/commit/(?P<revision>[^/]+)"), "commit"),
+    ("GET", re.compile(rf"{API}/{REPO}/tree/(?P<revision>[^/]+)(?:/(?P<path>.*))?"), "tree"),
+    ("GET", re.compile(rf"{API}/{REPO}(?:/revision/(?P<revision>[^/]+))?"), "repo_info"),
+    ("GET", re.compile(rf"(?:/spaces)?/{REPO}/resolve/(?P<revision>[^/]+)/(?P<path>.+)"), "resolve"),
+    ("HEAD", re.compile(rf"(?:/spaces)?/{REPO}/resolve/(?P<revision>[^/]+)/(?P<path>.+)"), "resolve"),
 ]
 
 

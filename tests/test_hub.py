@@ -14,7 +14,7 @@ from hub_server import LoopbackHub
 from huggingface_hub import RepoCard
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
-from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
+from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig
 from modeling_dwlstm.hub import model_card, push_translation_model, read_results
 from modeling_dwlstm.quickstart_corpus import generate_pairs
 from modeling_dwlstm.tokenization_dwlstm import (
@@ -45,6 +45,32 @@ def tiny_model(tokenizer, config_class=DwLstmConfig, **options):
         decoder_attention_heads=2, ffn_dim=64, max_position_embeddings=128, language_pairs=["en-de"], **options,
     )
     return AutoModelForSeq2SeqLM.from_config(config).eval()
+
+
+# The papers and member-specific fields, written out here so that a wrong record fails.
+CARD_FACTS = {
+    "dwlstm": ("Rewiring the Transformer with Depth-Wise {LSTM}s", {"lstm_hidden", "share_gates", "share_hidden", "decoder_merge"}),
+    "dwlstm-residual": ("Attention Is All You Need", {"norm_position"}),
+    "dwlstm-highway": ("Highway Transformer: Self-Gating Enhanced Self-Attentive Networks", {"highway_variant", "sdu_gate", "sdu_layers"}),
+    "dwlstm-rnn": ("Rewiring the Transformer with Depth-Wise {LSTM}s", {"lstm_hidden", "share_hidden", "decoder_merge"}),
+    "dwlstm-dlcl": ("Learning Deep Transformer Models for Machine Translation", {"dlcl_weights", "dlcl_layer_norm", "norm_position"}),
+    "dwlstm-ta": ("Training Deeper Neural Machine Translation Models with Transparent Attention", {"norm_position"}),
+    "dwlstm-rezero": ("{ReZero} is All You Need", set()),
+}
+MEMBER_FIELDS = {"lstm_hidden", "share_gates", "share_hidden", "decoder_merge", "norm_position", "highway_variant",
+                 "sdu_gate", "sdu_layers", "dlcl_weights", "dlcl_layer_norm"}
+
+
+@pytest.mark.parametrize("member", MEMBERS, ids=lambda member: member.config_class.model_type)
+def test_every_member_card_names_its_paper_and_fields(tokenizer, member):
+    paper, fields = CARD_FACTS[member.config_class.model_type]
+    model = tiny_model(tokenizer, member.config_class)
+    card = model_card(model, "data")
+    assert paper in card and f"A {member.name} translation model" in card
+    for field in MEMBER_FIELDS:
+        assert (f"| {field} | `{getattr(model.config, field, None)}` |" in card) == (field in fields), field
+    if "depth-wise" not in member.name.lower():
+        assert "Depth-Wise" not in card  # only the depth-wise members cite Xu et al.
 
 
 def test_model_card_describes_architecture_data_results_and_citation(tokenizer):

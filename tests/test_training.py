@@ -18,8 +18,9 @@ from conftest import MULTI30K, read_multi30k
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerCallback
 
-from modeling_dwlstm.checkpoints import average_checkpoints, last_checkpoints
+from modeling_dwlstm.checkpoints import average_checkpoints, complete_checkpoints, last_checkpoints
 from modeling_dwlstm.data import load_parallel_corpus, train_corpus_tokenizer
+from modeling_dwlstm.files import CHECKSUMS_NAME
 from modeling_dwlstm.training import (
     DataArguments,
     ModelArguments,
@@ -144,8 +145,8 @@ def test_a_run_killed_while_saving_leaves_no_checkpoint(setup, tmp_path, monkeyp
     monkeypatch.setattr(TokenBatchSeq2SeqTrainer, "_save_rng_state", killed)
     with pytest.raises(KeyboardInterrupt):
         train_translation(*arguments(setup, tmp_path, max_steps=3))
-    assert not list(tmp_path.glob("checkpoint-*")), "the half-written checkpoint must not look like a checkpoint"
-    assert (tmp_path / ".incomplete" / "checkpoint-3" / "optimizer.pt").is_file()
+    assert not complete_checkpoints(tmp_path), "the half-written checkpoint must not look like a checkpoint"
+    assert (tmp_path / "checkpoint-3" / "optimizer.pt").is_file() and not (tmp_path / "checkpoint-3" / CHECKSUMS_NAME).exists()
     with pytest.raises(ValueError, match="has no complete checkpoint"):
         train_translation(*arguments(setup, tmp_path, resume_from_checkpoint="last"))
 

@@ -1,0 +1,414 @@
+"""A results campaign: every run of an experiment file trained, averaged, evaluated and tabulated, resumably.
+
+`run_experiments(path)` is what `scripts/run_experiments.py` runs. An experiment file (JSON, under
+`experiments/`) names the data, one tokenizer, the shared model and training settings, and the runs
+(a member's `hub_configs/` file, config overrides, seeds). For every run and seed it goes through
+
+    tokenizer (once) -> train_translation.py -> average_checkpoints.py -> evaluate_translation.py -> record
+
+each stage a subprocess running the project's own script with the exact command line recorded, so a
+run here is a run a user can repeat by hand. Heavy outputs (checkpoints, averaged models) go to
+`output_dir` (default `runs/experiments/NAME`); what the table needs (the tokenizer, each run's test
+results, hypotheses, learning curve, commands, seed, git commit, package versions) goes to the small
+`record_dir` (default `experiments/results/NAME`), which is meant to be committed. A run whose record
+exists is finished and skipped; an interrupted training continues from its newest checkpoint (it loses
+at most one checkpoint interval); an interrupted averaging or evaluation starts over (their outputs
+are written to `*.partial` and renamed when complete). Running the campaign twice does nothing the
+second time. Once every run has a record, `write_results_table` writes `results.md` and `results.json`
+(mean and spread over seeds, the median seed's sacreBLEU with its 95% bootstrap interval, the paired
+bootstrap against the baseline run) and the two pictures of `plotting.py`.
+"""
+
+import json
+import logging
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "accelerate", "sacrebleu")
+EXPERIMENT_KEYS = {"name", "description", "data", "tokenizer", "model", "training", "average_last", "evaluation",
+                   "baseline", "runs"}
+RUN_KEYS = {"name", "config", "model", "training", "seeds", "baseline", "group"}
+
+
+@dataclass
+class RunSpec:
+    """One row of the table: a member's config with overrides, trained once per seed."""
+
+    name: str
+    config: Path
+    model: dict
+    training: dict
+    seeds: list[int]
+    baseline: str | None
+    group: str
+
+    def run_ids(self) -> list[str]:
+        return [f"{self.name}-seed{seed}" for seed in self.seeds]
+
+
+@dataclass
+class Experiment:
+    name: str
+    description: str
+    data: dict
+    tokenizer: dict
+    training: dict
+    average_last: int
+    evaluation: dict
+    runs: list[RunSpec] = field(default_factory=list)
+
+    def run(self, name: str) -> RunSpec:
+        return next(run for run in self.runs if run.name == name)
+
+
+def load_experiment(path: str | os.PathLike) -> Experiment:
+    """Read and check an experiment file; relative paths in it are relative to the file's folder."""
+    path = Path(path)
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"No experiment file {path}; see experiments/ for examples.") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from None
+    _check_keys(spec, EXPERIMENT_KEYS, {"name", "data", "runs"}, f"{path}")
+    data = dict(spec["data"])
+    _check_keys(data, {"dataset", "source_lang", "target_lang", "train_split", "validation_split", "test_split"},
+                {"dataset", "source_lang", "target_lang"}, f"{path}: data")
+    local = path.parent / data["dataset"]
+    if local.exists() or not _looks_like_hub_id(data["dataset"]):
+        if not local.exists():
+            raise ValueError(f"{path}: data.dataset {data['dataset']!r} is neither a file or folder (relative to the "
+                             "experiment file) nor a Hub corpus.")
+        data["dataset"] = str(local.resolve())
+    data = {"train_split": "train", "validation_split": "val", "test_split": "test", **data}
+    runs, names = [], set()
+    for number, run in enumerate(spec["runs"], 1):
+        _check_keys(run, RUN_KEYS, {"name", "config"}, f"{path}: run {number}")
+        if run["name"] in names:
+            raise ValueError(f"{path}: two runs are named {run['name']!r}; run names must be unique.")
+        names.add(run["name"])
+        config = (path.parent / run["config"]).resolve()
+        if not config.is_file():
+            raise ValueError(f"{path}: run {run['name']!r}: no config file {config}.")
+        seeds = run.get("seeds", [1])
+        if not seeds or not all(isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds):
+            raise ValueError(f"{path}: run {run['name']!r}: `seeds` must be a non-empty list of integers.")
+        runs.append(RunSpec(
+            name=run["name"], config=config, model={**spec.get("model", {}), **run.get("model", {})},
+            training={**spec.get("training", {}), **run.get("training", {})}, seeds=list(seeds),
+            baseline=run.get("baseline", spec.get("baseline")), group=run.get("group", "main"),
+        ))
+    for run in runs:
+        if run.baseline is not None and run.baseline not in names:
+            raise ValueError(f"{path}: run {run.name!r} compares against {run.baseline!r}, which is not a run here.")
+    average_last = spec.get("average_last", 1)
+    if not isinstance(average_last, int) or average_last < 1:
+        raise ValueError(f"{path}: `average_last` must be a positive integer, got {average_last!r}.")
+    return Experiment(name=spec["name"], description=spec.get("description", ""), data=data,
+                      tokenizer=spec.get("tokenizer", {}), training=spec.get("training", {}),
+                      average_last=average_last, evaluation=spec.get("evaluation", {}), runs=runs)
+
+
+def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | None = None,
+                    record_dir: str | os.PathLike | None = None, threads: int | None = None,
+                    only: list[str] | None = None, table: bool = True) -> list[str]:
+    """Bring every run (or the runs named in `only`) of the experiment to a record, then write the table.
+
+    `threads` sets OMP_NUM_THREADS (torch's intra-op threads) for every stage. Returns what was done, one
+    line per stage ("train dwlstm-seed1 (resumed from checkpoint-400)", "skip residual-prenorm-seed1", ...).
+    A stage that fails raises `RuntimeError` naming the run, the command and its log file.
+    """
+    experiment = load_experiment(path)
+    output_dir = Path(output_dir or Path("runs") / "experiments" / experiment.name)
+    record_dir = Path(record_dir or Path("experiments") / "results" / experiment.name)
+    selected = [run for run in experiment.runs if not only or run.name in only]
+    if only and len(selected) != len(set(only)):
+        unknown = sorted(set(only) - {run.name for run in experiment.runs})
+        raise ValueError(f"--only names runs that are not in {path}: {unknown}; known: "
+                         f"{[run.name for run in experiment.runs]}.")
+    environment = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    done = []
+    tokenizer = _tokenizer_stage(experiment, record_dir / "tokenizer", output_dir / "tokenizer.log", environment, done)
+    # Seed-major order: an unfinished campaign has every run's first seed before any run's second.
+    jobs = sorted(((index, run, seed, run_id) for run in selected
+                   for index, (seed, run_id) in enumerate(zip(run.seeds, run.run_ids()))), key=lambda job: job[0])
+    for _, run, seed, run_id in jobs:
+        if (record_dir / run_id / "record.json").is_file():
+            done.append(f"skip {run_id}")
+            continue
+        _run_stages(experiment, run, seed, run_id, tokenizer, output_dir / run_id, record_dir / run_id,
+                    environment, done)
+    missing = [run_id for run in experiment.runs for run_id in run.run_ids()
+               if not (record_dir / run_id / "record.json").is_file()]
+    if table and missing:
+        done.append(f"table not written: {len(missing)} runs have no record yet ({', '.join(missing)})")
+    elif table and (any(not line.startswith("skip ") for line in done) or not (record_dir / "results.md").is_file()):
+        write_results_table(experiment, record_dir)
+        done.append(f"table {record_dir / 'results.md'}")
+    return done
+
+
+def _tokenizer_stage(experiment: Experiment, tokenizer_dir: Path, log: Path, environment: dict, done: list[str]) -> Path:
+    if (tokenizer_dir / "tokenizer.json").is_file():
+        return tokenizer_dir
+    data = experiment.data
+    command = [sys.executable, str(SCRIPTS / "train_tokenizer.py"), "--dataset", data["dataset"],
+               "--source_lang", data["source_lang"], "--target_lang", data["target_lang"],
+               "--split", data["train_split"], *_flags(experiment.tokenizer)]
+    _staged(command, tokenizer_dir, environment, "tokenizer", log)
+    done.append(f"tokenizer {tokenizer_dir}")
+    return tokenizer_dir
+
+
+def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, tokenizer: Path, run_dir: Path,
+                record: Path, environment: dict, done: list[str]):
+    data = experiment.data
+    train_dir, averaged, test_dir = run_dir / "train", run_dir / "averaged", run_dir / "test"
+    commands = {}
+    started = time.time()
+    train_command = [
+        sys.executable, str(SCRIPTS / "train_translation.py"), "--model_name_or_path", str(run.config),
+        "--tokenizer_name_or_path", str(tokenizer), "--dataset", data["dataset"],
+        "--source_lang", data["source_lang"], "--target_lang", data["target_lang"],
+        "--train_split", data["train_split"], "--validation_split", data["validation_split"],
+        "--eval_strategy", "steps", "--seed", str(seed), "--include_num_input_tokens_seen", "true",
+        "--disable_tqdm", "true", "--output_dir", str(train_dir),
+        *(["--config_overrides", ",".join(f"{key}={value}" for key, value in run.model.items())] if run.model else []),
+        *_flags(run.training),
+    ]
+    commands["train"] = train_command
+    if not (train_dir / "train_results.json").is_file():
+        checkpoints = _checkpoints(train_dir)
+        if checkpoints:
+            command, note = [*train_command, "--resume_from_checkpoint", "last"], f" (resumed from {checkpoints[-1].name})"
+        else:
+            if train_dir.exists():  # killed before its first checkpoint: nothing there is worth keeping
+                shutil.rmtree(train_dir)
+            command, note = train_command, ""
+        train_dir.mkdir(parents=True, exist_ok=True)
+        _run(command, environment, run_dir / "train.stdout.log", f"training {run_id}")
+        done.append(f"train {run_id}{note}")
+    commands["average"] = [sys.executable, str(SCRIPTS / "average_checkpoints.py"), "--run_dir", str(train_dir),
+                           "--last", str(experiment.average_last), "--output_dir", str(averaged)]
+    if not averaged.is_dir():
+        _staged(commands["average"], averaged, environment, f"averaging {run_id}", run_dir / "average.log")
+        done.append(f"average {run_id}")
+    commands["evaluate"] = [
+        sys.executable, str(SCRIPTS / "evaluate_translation.py"), "--model", str(averaged), "--output_dir",
+        str(test_dir), "--data", data["dataset"], "--split", data["test_split"], "--source_lang",
+        data["source_lang"], "--target_lang", data["target_lang"], *_flags(experiment.evaluation),
+    ]
+    if not (test_dir / "results.json").is_file():
+        _staged(commands["evaluate"], test_dir, environment, f"evaluating {run_id}", run_dir / "evaluate.log")
+        done.append(f"evaluate {run_id}")
+    _write_record(run, seed, run_id, commands, train_dir, averaged, test_dir, record, environment)
+    done.append(f"record {run_id} ({time.time() - started:.0f} s)")
+
+
+def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_dir: Path, averaged: Path,
+                  test_dir: Path, record: Path, environment: dict):
+    """The small files the table needs, written to `record.partial/` and renamed: a record is whole or absent."""
+    state = json.loads((train_dir / "trainer_state.json").read_text())
+    train_results = json.loads((train_dir / "train_results.json").read_text())
+    config = json.loads((averaged / "config.json").read_text())
+    history = [entry for entry in state["log_history"] if "eval_loss" in entry or "loss" in entry]
+    wall_time = max((entry.get("wall_time", 0.0) for entry in state["log_history"]), default=0.0)
+    info = {
+        "run": run.name, "seed": seed, "group": run.group, "config": str(run.config), "model_overrides": run.model,
+        "model_type": config["model_type"], "parameters": _parameter_count(averaged),
+        "steps": state["global_step"], "training_wall_seconds": wall_time,
+        "source_tokens_seen": state.get("num_input_tokens_seen"),
+        "train_loss": train_results.get("train_loss"),
+        "commands": {stage: " ".join(_quote(part) for part in command) for stage, command in commands.items()},
+        "omp_num_threads": environment.get("OMP_NUM_THREADS"), "git_commit": _git_commit(),
+        "python": platform.python_version(), "packages": {name: _version(name) for name in PACKAGES},
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+    }
+    staging = record.with_name(record.name + ".partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    shutil.copy(test_dir / "results.json", staging / "test_results.json")
+    shutil.copy(test_dir / "hypotheses.txt", staging / "hypotheses.txt")
+    (staging / "log_history.json").write_text(json.dumps(history, indent=1) + "\n")
+    (staging / "record.json").write_text(json.dumps(info, indent=2) + "\n")
+    if record.exists():
+        shutil.rmtree(record)
+    staging.rename(record)
+
+
+def write_results_table(experiment: Experiment, record_dir: str | os.PathLike) -> dict:
+    """results.md, results.json, learning_curves.png and test_bleu.png in `record_dir`, from the run records."""
+    from .evaluation import paired_bootstrap, read_lines
+    from .plotting import plot_bleu_intervals, plot_training
+
+    record_dir = Path(record_dir)
+    references = _references(experiment)
+    rows = []
+    for run in experiment.runs:
+        records = [_read_record(record_dir / run_id) for run_id in run.run_ids()]
+        scores = [record["test"]["sacrebleu"] for record in records]
+        median = records[sorted(range(len(scores)), key=scores.__getitem__)[(len(scores) - 1) // 2]]
+        rows.append({"run": run, "records": records, "median": median, "scores": scores})
+    by_name = {row["run"].name: row for row in rows}
+    table = []
+    for row in rows:
+        run, median = row["run"], row["median"]
+        hypotheses = read_lines(record_dir / median["id"] / "hypotheses.txt")
+        baseline = by_name[run.baseline]["median"] if run.baseline else median
+        test = paired_bootstrap(hypotheses, read_lines(record_dir / baseline["id"] / "hypotheses.txt"), references,
+                                tokenized=False)
+        seconds = [record["info"]["training_wall_seconds"] for record in row["records"]]
+        tokens = [record["info"]["source_tokens_seen"] or 0 for record in row["records"]]
+        table.append({
+            "run": run.name, "group": run.group, "model_type": median["info"]["model_type"],
+            "parameters": median["info"]["parameters"], "seeds": run.seeds, "sacrebleu_per_seed": row["scores"],
+            "sacrebleu_mean": round(statistics.mean(row["scores"]), 2),
+            "sacrebleu_std": round(statistics.stdev(row["scores"]), 2) if len(row["scores"]) > 1 else None,
+            "median_seed": median["info"]["seed"], "sacrebleu": median["test"]["sacrebleu"],
+            "sacrebleu_interval": test["system_interval"], "chrf": median["test"]["chrf"],
+            "tokenized_bleu": median["test"]["tokenized_bleu"],
+            "baseline": run.baseline if run.baseline and run.baseline != run.name else None,
+            "p_value_vs_baseline": test["p_value"] if run.baseline and run.baseline != run.name else None,
+            "train_source_tokens_per_second": round(sum(tokens) / sum(seconds), 1) if sum(seconds) else None,
+            "beam_sentences_per_second": median["test"]["sentences_per_second"],
+            "steps": median["info"]["steps"], "wall_minutes": round(statistics.mean(seconds) / 60, 1),
+        })
+    signature = rows[0]["median"]["test"]["sacrebleu_signature"]
+    results = {"experiment": experiment.name, "description": experiment.description, "data": experiment.data,
+               "sacrebleu_signature": signature, "rows": table}
+    (record_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    groups = list(dict.fromkeys(row["group"] for row in table))
+    for group in groups:
+        plot_training({row["run"].name: row["median"]["history"] for row in rows if row["run"].group == group},
+                      record_dir / f"learning_curves_{group}.png", title=f"{experiment.name}: {group}")
+    plot_bleu_intervals({row["run"]: (row["sacrebleu"], row["sacrebleu_interval"]) for row in table},
+                        record_dir / "test_bleu.png", title=f"{experiment.name}: test sacreBLEU (median seed)")
+    (record_dir / "results.md").write_text(_markdown(experiment, table, signature, groups))
+    return results
+
+
+def _markdown(experiment: Experiment, table: list[dict], signature: str, groups: list[str]) -> str:
+    lines = [f"# {experiment.name}", "", experiment.description, "",
+             f"sacreBLEU signature: `{signature}`. The interval is the 95% paired-bootstrap interval of the "
+             "median seed (1,000 resamples); p is the paired bootstrap against the baseline's median seed "
+             "(the fraction of resamples where the run is not better).", ""]
+    header = ("| run | params (M) | seeds | sacreBLEU mean ± std | median seed: sacreBLEU [95% CI] | chrF | "
+              "p vs baseline | train src tok/s (padded) | beam sent/s | steps | train min |")
+    for group in groups:
+        lines += [f"## {group}", "", header, "|" + "---|" * 11]
+        for row in (row for row in table if row["group"] == group):
+            spread = f" ± {row['sacrebleu_std']:.2f}" if row["sacrebleu_std"] is not None else ""
+            low, high = row["sacrebleu_interval"]["low"], row["sacrebleu_interval"]["high"]
+            p_value = f"{row['p_value_vs_baseline']:.3f} ({row['baseline']})" if row["baseline"] else "baseline"
+            lines.append(
+                f"| {row['run']} | {row['parameters'] / 1e6:.2f} | {len(row['seeds'])} | "
+                f"{row['sacrebleu_mean']:.2f}{spread} | {row['sacrebleu']:.2f} [{low:.2f}, {high:.2f}] | "
+                f"{row['chrf']:.2f} | {p_value} | {row['train_source_tokens_per_second'] or 0:,.0f} | "
+                f"{row['beam_sentences_per_second']:.1f} | {row['steps']} | {row['wall_minutes']:.1f} |")
+        lines += ["", f"![learning curves](learning_curves_{group}.png)", ""]
+    lines += ["![test BLEU](test_bleu.png)", ""]
+    return "\n".join(lines)
+
+
+def _read_record(record: Path) -> dict:
+    return {"id": record.name, "info": json.loads((record / "record.json").read_text()),
+            "test": json.loads((record / "test_results.json").read_text()),
+            "history": json.loads((record / "log_history.json").read_text())}
+
+
+def _references(experiment: Experiment) -> list[str]:
+    from .data import load_parallel_corpus
+
+    data = experiment.data
+    pairs = load_parallel_corpus(data["dataset"], data["source_lang"], data["target_lang"], data["test_split"])
+    return [pair[data["target_lang"]] for pair in pairs["translation"]]
+
+
+def _staged(command: list[str], output: Path, environment: dict, what: str, log: Path):
+    """Run a stage that writes `--output_dir` into `output.partial`, then rename it: whole or absent."""
+    staging = output.with_name(output.name + ".partial")
+    if staging.exists():
+        shutil.rmtree(staging)  # left by an interrupted stage
+    staged = [str(staging) if part == str(output) else part for part in command]
+    if "--output_dir" not in command:
+        staged += ["--output_dir", str(staging)]
+    _run(staged, environment, log, what)
+    staging.rename(output)
+
+
+def _run(command: list[str], environment: dict, log: Path, what: str):
+    log.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("%s: %s", what, " ".join(_quote(part) for part in command))
+    with open(log, "a", encoding="utf-8") as output:
+        completed = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=environment, check=False)
+    if completed.returncode != 0:
+        tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-15:])
+        raise RuntimeError(f"{what} failed (exit {completed.returncode}); its log is {log}. Command:\n"
+                           f"{' '.join(_quote(part) for part in command)}\nLast lines:\n{tail}")
+
+
+def _flags(settings: dict) -> list[str]:
+    flags = []
+    for key, value in settings.items():
+        flags += [f"--{key}", json.dumps(value) if isinstance(value, bool) else str(value)]
+    return flags
+
+
+def _checkpoints(train_dir: Path) -> list[Path]:
+    from .checkpoints import complete_checkpoints
+
+    return complete_checkpoints(train_dir) if train_dir.is_dir() else []
+
+
+def _parameter_count(model_dir: Path) -> int:
+    """Parameters stored in the model's safetensors file (tied weights are stored once, as `num_parameters()`)."""
+    from safetensors import safe_open
+
+    with safe_open(str(model_dir / "model.safetensors"), framework="pt") as weights:
+        return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+
+
+def _check_keys(mapping, allowed: set, required: set, where: str):
+    if not isinstance(mapping, dict):
+        raise ValueError(f"{where} must be a JSON object.")
+    unknown, missing = sorted(set(mapping) - allowed), sorted(required - set(mapping))
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; allowed: {sorted(allowed)}.")
+    if missing:
+        raise ValueError(f"{where}: missing keys {missing}.")
+
+
+def _looks_like_hub_id(dataset: str) -> bool:
+    return dataset in ("wmt14", "wmt15", "opus100") or (dataset.count("/") == 1 and not dataset.startswith("."))
+
+
+def _git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=SCRIPTS.parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _quote(part: str) -> str:
+    return part if part and all(c.isalnum() or c in "-_./=:,+" for c in part) else json.dumps(part)

@@ -1,0 +1,105 @@
+"""ReZero (Bachlechner et al. 2020, "ReZero is All You Need: Fast Convergence at Large Depth").
+
+The residual Transformer without LayerNorm in its sub-layer connections: each sub-layer F (attention
+or FFN) is added to the residual path scaled by its own learned scalar, which starts at 0,
+
+    x = x + a * dropout(F(x)),    a initialised to 0        (Bachlechner et al. Eq. 2)
+
+so at initialisation every layer is the identity and the stack passes its embeddings through unchanged.
+As every member, each stack still ends with the skeleton's final LayerNorm.
+
+The whole member is this file: config, connection, layers, models.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+
+from .configuration_dwlstm import FamilyMember, TranslationTransformerConfig
+from .modeling_dwlstm import register_layers
+from .modeling_residual import (
+    VASWANI_2017,
+    ResidualDecoderLayer,
+    ResidualEncoderLayer,
+    ResidualTransformerForConditionalGeneration,
+    ResidualTransformerModel,
+)
+
+
+class ReZeroTransformerConfig(TranslationTransformerConfig):
+    r"""
+    ReZero Transformer (Bachlechner et al. 2020): residual sub-layers x + a * F(x) with one learned
+    scalar a per sub-layer, initialised to 0, and no LayerNorm around the sub-layers. No fields of its own.
+    """
+
+    model_type = "dwlstm-rezero"
+
+    @property
+    def encoder_layer_type(self) -> str:
+        return "rezero"
+
+    @property
+    def decoder_layer_type(self) -> str:
+        return "rezero"
+
+
+class ReZeroResidual(nn.Module):
+    """x = x + a * dropout(F(x)); the sub-layer reads x as is. `residual_weight` is a, starting at 0."""
+
+    def __init__(self, config: TranslationTransformerConfig):
+        super().__init__()
+        self.residual_weight = nn.Parameter(torch.zeros(()))
+        self.dropout = config.dropout
+
+    def init_parameters(self):
+        init.zeros_(self.residual_weight)  # every layer starts as the identity
+
+    def sublayer_input(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def combine(self, x: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
+        return x + self.residual_weight * F.dropout(sublayer_output, self.dropout, self.training)
+
+
+class ReZeroEncoderLayer(ResidualEncoderLayer):
+    residual_class = ReZeroResidual
+
+
+class ReZeroDecoderLayer(ResidualDecoderLayer):
+    residual_class = ReZeroResidual
+
+
+register_layers("rezero", ReZeroEncoderLayer, ReZeroDecoderLayer)
+
+
+class ReZeroTransformerModel(ResidualTransformerModel):
+    config_class = ReZeroTransformerConfig
+    _no_split_modules = ["ReZeroEncoderLayer", "ReZeroDecoderLayer"]
+
+
+class ReZeroTransformerForConditionalGeneration(ResidualTransformerForConditionalGeneration):
+    config_class = ReZeroTransformerConfig
+    base_model_class = ReZeroTransformerModel
+    _no_split_modules = ReZeroTransformerModel._no_split_modules
+
+
+
+BACHLECHNER_2020 = """@article{bachlechner2020rezero,
+  title   = {{ReZero} is All You Need: Fast Convergence at Large Depth},
+  author  = {Bachlechner, Thomas and Majumder, Bodhisattwa Prasad and Mao, Huanru Henry and Cottrell, Garrison W.
+             and McAuley, Julian},
+  journal = {arXiv preprint arXiv:2003.04887},
+  year    = {2020}
+}"""
+
+MEMBER = FamilyMember(
+    config_class=ReZeroTransformerConfig,
+    model_class=ReZeroTransformerModel,
+    generation_class=ReZeroTransformerForConditionalGeneration,
+    name="ReZero Transformer (Bachlechner et al. 2020)",
+    citations=(BACHLECHNER_2020, VASWANI_2017),
+    presets={"rezero": {}},
+)
+
+__all__ = ["ReZeroTransformerConfig", "ReZeroTransformerModel", "ReZeroTransformerForConditionalGeneration"]

@@ -1,0 +1,92 @@
+"""Pictures of training runs: learning curves against steps and wall-clock time, and test BLEU with intervals.
+
+Both functions take plain data (a Trainer `log_history` per run; a score and interval per run) and write
+a PNG; they need matplotlib (`pip install -e ".[plot]"`).
+"""
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def plot_training(histories: Mapping[str, Sequence[Mapping]], path: str | Path, title: str = "") -> Path:
+    """Validation loss against update steps (left) and against training wall-clock minutes (right).
+
+    `histories` maps a run's label to its Trainer `log_history` (the entries with `eval_loss` are drawn;
+    the wall-clock axis reads `wall_time`, which `training.WallClockCallback` adds). One line per run.
+    """
+    plt = _pyplot()
+    figure, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for label, history in histories.items():
+        evaluations = [entry for entry in history if "eval_loss" in entry]
+        if not evaluations:
+            raise ValueError(f"Run {label!r} has no validation loss in its log history (train with a validation split).")
+        steps = [entry["step"] for entry in evaluations]
+        losses = [entry["eval_loss"] for entry in evaluations]
+        (line,) = by_step.plot(steps, losses, marker="o", markersize=3, label=label)
+        if all("wall_time" in entry for entry in evaluations):
+            by_time.plot([entry["wall_time"] / 60 for entry in evaluations], losses, marker="o", markersize=3,
+                         color=line.get_color(), label=label)
+    by_step.set(xlabel="update steps", ylabel="validation loss (label-smoothed cross-entropy)")
+    by_time.set(xlabel="training wall-clock time (minutes)")
+    for axis in (by_step, by_time):
+        axis.grid(alpha=0.3)
+    by_step.legend(fontsize=8)
+    if title:
+        figure.suptitle(title)
+    return _save(figure, path)
+
+
+def plot_bleu_intervals(scores: Mapping[str, tuple[float, Mapping]], path: str | Path, title: str = "",
+                        metric: str = "sacreBLEU") -> Path:
+    """One bar per run: its score and the 95% bootstrap interval ({"low": .., "high": ..}) as an error bar."""
+    plt = _pyplot()
+    labels = list(scores)
+    values = [scores[label][0] for label in labels]
+    lows = [scores[label][0] - scores[label][1]["low"] for label in labels]
+    highs = [scores[label][1]["high"] - scores[label][0] for label in labels]
+    figure, axis = plt.subplots(figsize=(max(5.0, 0.9 * len(labels) + 2), 4.2))
+    bars = axis.bar(range(len(labels)), values, yerr=[lows, highs], capsize=4, color="#4c72b0")
+    axis.bar_label(bars, labels=[f"{value:.1f}" for value in values], padding=14, fontsize=8)
+    axis.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=9)
+    axis.set_ylabel(f"test {metric} (95% bootstrap interval)")
+    axis.set_ylim(0, max(scores[label][1]["high"] for label in labels) * 1.15 + 1)
+    axis.grid(axis="y", alpha=0.3)
+    if title:
+        axis.set_title(title)
+    return _save(figure, path)
+
+
+def read_log_history(run_dir: str | Path) -> list[dict]:
+    """The Trainer log history of a `train_translation.py` output directory: its trainer_state.json once the
+    run has finished, else the newest complete checkpoint's."""
+    from .checkpoints import complete_checkpoints
+
+    run_dir = Path(run_dir)
+    state = run_dir / "trainer_state.json"
+    if not state.is_file():
+        checkpoints = complete_checkpoints(run_dir) if run_dir.is_dir() else []
+        if not checkpoints:
+            raise ValueError(f"{run_dir} has neither trainer_state.json nor a complete checkpoint: not a training run.")
+        state = checkpoints[-1] / "trainer_state.json"
+    return json.loads(state.read_text())["log_history"]
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError('Plotting needs matplotlib: pip install -e ".[plot]"') from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    _pyplot().close(figure)
+    return path

@@ -1,0 +1,36 @@
+"""Run a results campaign from an experiment file: tokenizer, training, averaging, evaluation, table.
+
+    python scripts/run_experiments.py experiments/multi30k_en_de.json --threads 2
+    python scripts/run_experiments.py experiments/multi30k_en_de.json --only dwlstm residual-prenorm
+
+Finished runs (those with a record in --record_dir) are skipped and interrupted ones resume from their
+newest checkpoint, so the same command continues a campaign after a stop; run twice, it does nothing the
+second time. Once every run has a record it writes results.md, results.json and the pictures into
+--record_dir. The work is done by `modeling_dwlstm.experiments.run_experiments`.
+"""
+
+import argparse
+import logging
+
+from modeling_dwlstm.experiments import run_experiments
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("experiment", help="An experiment file (JSON), e.g. experiments/multi30k_en_de.json.")
+    parser.add_argument("--output_dir", default=None,
+                        help="Checkpoints and models (large; default runs/experiments/NAME).")
+    parser.add_argument("--record_dir", default=None,
+                        help="Tokenizer, per-run records, table and pictures (small; default experiments/results/NAME).")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for every stage (OMP_NUM_THREADS).")
+    parser.add_argument("--only", nargs="+", default=None, help="Run only these runs (by name).")
+    parser.add_argument("--no_table", action="store_true", help="Do not write the table, even if every run is done.")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for line in run_experiments(args.experiment, output_dir=args.output_dir, record_dir=args.record_dir,
+                                threads=args.threads, only=args.only, table=not args.no_table):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

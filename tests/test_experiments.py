@@ -1,0 +1,140 @@
+"""The results runner end to end on a tiny experiment (two members, four updates), its skip / resume
+behaviour and the table it writes; the experiment-file checks; the two plotting functions."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from modeling_dwlstm.experiments import load_experiment, run_experiments
+from modeling_dwlstm.plotting import plot_bleu_intervals, plot_training, read_log_history
+from modeling_dwlstm.quickstart_corpus import write_corpus
+
+HUB_CONFIGS = Path(__file__).resolve().parents[1] / "hub_configs"
+TINY_MODEL = {"d_model": 16, "encoder_attention_heads": 2, "decoder_attention_heads": 2, "ffn_dim": 32,
+              "encoder_layers": 1, "decoder_layers": 1, "dropout": 0.0, "max_position_embeddings": 64}
+
+
+def tiny_experiment(folder: Path, **changes) -> Path:
+    corpus = write_corpus(folder / "corpus", splits={"train": 60, "valid": 8, "test": 8}, seed=3)
+    spec = {
+        "name": "tiny",
+        "description": "Two members, four updates.",
+        "data": {"dataset": "corpus", "source_lang": "en", "target_lang": "de", "validation_split": "valid"},
+        "tokenizer": {"merges": 60, "min_frequency": 1},
+        "model": TINY_MODEL,
+        "training": {"max_steps": 4, "max_tokens": 256, "learning_rate": 0.001, "warmup_steps": 1, "save_steps": 2,
+                     "eval_steps": 2, "logging_steps": 2, "save_total_limit": 2},
+        "average_last": 2,
+        "evaluation": {"num_beams": 2, "max_new_tokens": 6},
+        "baseline": "residual",
+        "runs": [
+            {"name": "dwlstm", "config": str(HUB_CONFIGS / "dwlstm-base-6l.json")},
+            {"name": "residual", "config": str(HUB_CONFIGS / "residual-prenorm-base-6l.json")},
+        ],
+        **changes,
+    }
+    assert corpus == folder / "corpus"
+    path = folder / "experiment.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_runner_trains_evaluates_tabulates_skips_and_resumes(tmp_path):
+    experiment = tiny_experiment(tmp_path)
+    output, record = tmp_path / "runs", tmp_path / "record"
+    done = run_experiments(experiment, output_dir=output, record_dir=record, threads=1)
+    assert [line.split(" (")[0] for line in done[:-1]] == [
+        f"tokenizer {record / 'tokenizer'}",
+        "train dwlstm-seed1", "average dwlstm-seed1", "evaluate dwlstm-seed1", "record dwlstm-seed1",
+        "train residual-seed1", "average residual-seed1", "evaluate residual-seed1", "record residual-seed1",
+    ]
+    assert done[-1] == f"table {record / 'results.md'}"
+
+    results = json.loads((record / "results.json").read_text())
+    rows = {row["run"]: row for row in results["rows"]}
+    assert rows["dwlstm"]["model_type"] == "dwlstm" and rows["residual"]["model_type"] == "dwlstm-residual"
+    assert rows["dwlstm"]["baseline"] == "residual" and 0.0 <= rows["dwlstm"]["p_value_vs_baseline"] <= 1.0
+    assert rows["residual"]["baseline"] is None  # the baseline is not compared with itself
+    for row in rows.values():
+        assert row["steps"] == 4 and row["parameters"] > 0 and row["train_source_tokens_per_second"] > 0
+        assert row["sacrebleu_interval"]["low"] <= row["sacrebleu"] <= row["sacrebleu_interval"]["high"]
+    table = (record / "results.md").read_text()
+    assert "| dwlstm |" in table and "| residual |" in table and results["sacrebleu_signature"] in table
+    assert (record / "learning_curves_main.png").stat().st_size > 0 and (record / "test_bleu.png").stat().st_size > 0
+    info = json.loads((record / "dwlstm-seed1" / "record.json").read_text())
+    assert info["seed"] == 1 and "--seed 1" in info["commands"]["train"] and info["packages"]["torch"]
+    history = json.loads((record / "dwlstm-seed1" / "log_history.json").read_text())
+    assert [entry["step"] for entry in history if "eval_loss" in entry] == [2, 4]
+    assert all(entry["wall_time"] > 0 for entry in history)
+
+    # Everything is recorded: a second call does nothing and changes nothing.
+    stamps = {path: path.stat().st_mtime_ns for path in record.rglob("*")}
+    assert run_experiments(experiment, output_dir=output, record_dir=record, threads=1) == [
+        "skip dwlstm-seed1", "skip residual-seed1"]
+    assert {path: path.stat().st_mtime_ns for path in record.rglob("*")} == stamps
+
+    # A run interrupted after its step-2 checkpoint (no record, no final model, no checkpoint-4) resumes there.
+    train = output / "residual-seed1" / "train"
+    shutil.rmtree(record / "residual-seed1")
+    shutil.rmtree(output / "residual-seed1" / "averaged")
+    shutil.rmtree(output / "residual-seed1" / "test")
+    shutil.rmtree(train / "checkpoint-4")
+    for name in ("train_results.json", "trainer_state.json", "model.safetensors"):
+        (train / name).unlink()
+    done = run_experiments(experiment, output_dir=output, record_dir=record, threads=1)
+    assert [line.split(" (")[0] for line in done] == [
+        "skip dwlstm-seed1", "train residual-seed1", "average residual-seed1", "evaluate residual-seed1",
+        "record residual-seed1", f"table {record / 'results.md'}"]
+    assert done[1] == "train residual-seed1 (resumed from checkpoint-2)"
+    assert json.loads((record / "residual-seed1" / "record.json").read_text())["steps"] == 4
+    history = read_log_history(train)
+    assert [entry["step"] for entry in history if "eval_loss" in entry] == [2, 4]
+    wall = [entry["wall_time"] for entry in history]
+    assert wall == sorted(wall)  # the resumed part continues the clock
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"runs": [{"name": "a", "config": "missing.json"}]}, "no config file"),
+    ({"runs": [{"name": "a", "config": str(HUB_CONFIGS / "dwlstm-base-6l.json")}] * 2}, "two runs are named 'a'"),
+    ({"runs": [{"name": "a", "config": str(HUB_CONFIGS / "dwlstm-base-6l.json"), "baseline": "b"}]},
+     "compares against 'b'"),
+    ({"runs": [{"name": "a", "config": str(HUB_CONFIGS / "dwlstm-base-6l.json"), "seed": [1]}]}, "unknown keys ['seed']"),
+    ({"runs": [{"name": "a", "config": str(HUB_CONFIGS / "dwlstm-base-6l.json"), "seeds": []}]}, "non-empty list"),
+    ({"data": {"dataset": "no-such-folder", "source_lang": "en", "target_lang": "de"}}, "neither a file or folder"),
+    ({"average_last": 0}, "`average_last` must be a positive integer"),
+    ({"runs": [{"name": "a", "config": str(HUB_CONFIGS / "dwlstm-base-6l.json")}], "baseline": "b"}, "compares against"),
+])
+def test_bad_experiment_files_are_named(tmp_path, change, message):
+    spec = json.loads(tiny_experiment(tmp_path).read_text())
+    (tmp_path / "bad.json").write_text(json.dumps({**spec, **change}))
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_experiment(tmp_path / "bad.json")
+
+
+def test_only_names_known_runs(tmp_path):
+    with pytest.raises(ValueError, match="not in"):
+        run_experiments(tiny_experiment(tmp_path), output_dir=tmp_path / "o", record_dir=tmp_path / "r", only=["x"])
+
+
+def test_the_campaign_file_loads():
+    experiment = load_experiment(Path(__file__).resolve().parents[1] / "experiments" / "multi30k_en_de.json")
+    assert {run.group for run in experiment.runs} == {"main", "family", "depth"}
+    assert experiment.run("dwlstm").seeds == [1, 2, 3] and experiment.run("residual-prenorm").seeds == [1, 2, 3]
+    assert experiment.run("dwlstm-12l").model["encoder_layers"] == 12 and experiment.run("dwlstm-12l").model["d_model"] == 128
+
+
+def test_plots_write_pictures_and_reject_runs_without_validation(tmp_path):
+    import matplotlib.image
+
+    histories = {"a": [{"step": 2, "eval_loss": 5.0, "wall_time": 30.0}, {"step": 4, "eval_loss": 4.0, "wall_time": 60.0}],
+                 "b": [{"step": 2, "eval_loss": 5.5, "wall_time": 20.0}, {"step": 4, "eval_loss": 4.8, "wall_time": 41.0}]}
+    curves = plot_training(histories, tmp_path / "curves.png", title="t")
+    bars = plot_bleu_intervals({"a": (20.0, {"low": 19.0, "high": 21.5}), "b": (18.0, {"low": 17.1, "high": 19.0})},
+                               tmp_path / "bleu.png")
+    for picture in (curves, bars):
+        height, width, _ = matplotlib.image.imread(picture).shape
+        assert height > 300 and width > 400
+    with pytest.raises(ValueError, match="no validation loss"):
+        plot_training({"c": [{"step": 2, "loss": 3.0}]}, tmp_path / "x.png")
