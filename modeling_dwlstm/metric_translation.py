@@ -15,6 +15,7 @@ import sacrebleu  # noqa: F401  (evaluate checks a script's top-level imports an
 
 try:  # indented, so that evaluate does not ask pip for "modeling_dwlstm" (not on PyPI under that name)
     from modeling_dwlstm.evaluation import score_translations
+    from modeling_dwlstm.multilingual import score_off_target
 except ImportError as error:
     raise ImportError(
         "This metric computes its scores with the modeling_dwlstm package: install it (pip install "
@@ -22,14 +23,15 @@ except ImportError as error:
     ) from error
 
 # Configuration name -> (scoring function of modeling_dwlstm.evaluation, the keys of its result to return;
-# None: all). Each function takes (predictions, references, target_lang) and returns a dict. The off-target
-# rate (multilingual evaluation) becomes one more entry here once evaluation.py has its function, e.g.
-# "off_target": (off_target_rate, None), plus a line in the metric card.
+# None: all). Each function takes (predictions, references, target_lang) and returns a dict. "off_target"
+# (the share of outputs not in the target language) is the one that needs no references: see `_compute`.
+OFF_TARGET = "off_target"
 CONFIGS = {
     "default": (score_translations, None),
     "sacrebleu": (score_translations, ("sacrebleu", "sacrebleu_signature")),
     "tokenized_bleu": (score_translations, ("tokenized_bleu", "tokenized_bleu_method")),
     "chrf": (score_translations, ("chrf", "chrf_signature")),
+    OFF_TARGET: (None, ("off_target_rate", "language_id")),
 }
 
 _DESCRIPTION = """\
@@ -37,7 +39,9 @@ Corpus-level translation scores as Xu et al.'s depth-wise LSTM papers and this p
 sacreBLEU (detokenized, 13a, with its signature: the number to compare across papers), the papers'
 tokenized case-sensitive BLEU (multi-bleu.perl on 13a-tokenized text with hyphenated compounds split as
 tensor2tensor's get_ende_bleu.sh does), and chrF. Scores are rounded to two decimals, as in results.json.
-Configurations: "default" (all), "sacrebleu", "tokenized_bleu", "chrf".
+Configurations: "default" (all), "sacrebleu", "tokenized_bleu", "chrf", and "off_target": the share of
+outputs not identified as `target_lang` by py3langid (offline; `languages` restricts the candidates to the
+model's languages, which is more reliable on short sentences), as multilingual evaluation reports it.
 """
 
 _KWARGS_DESCRIPTION = """
@@ -45,9 +49,12 @@ Args:
     predictions (`list` of `str`): the hypotheses, one detokenized sentence each.
     references (`list` of `str`): one reference per hypothesis, line-aligned.
     target_lang (`str`, *optional*): the target language code; sacreBLEU picks its tokenizer for zh, ja, ko.
+        Required by "off_target".
+    languages (`list` of `str`, *optional*): "off_target" only: the candidate languages (default: all 97).
 Returns (the "default" configuration; the others return a subset):
     sentences (`int`), sacrebleu (`float`), sacrebleu_signature (`str`), sacrebleu_text (`str`),
     tokenized_bleu (`float`), tokenized_bleu_method (`str`), chrf (`float`), chrf_signature (`str`).
+    "off_target": off_target_rate (`float`, a share in [0, 1]), language_id (`str`).
 Examples:
     >>> from modeling_dwlstm.metrics import load_translation_metric
     >>> metric = load_translation_metric()
@@ -111,7 +118,9 @@ class TranslationMetrics(evaluate.Metric):
                                  f"hypothesis); got {texts!r:.100}")
         super().add_batch(predictions=predictions, references=references, **kwargs)
 
-    def _compute(self, predictions, references, target_lang=None):
+    def _compute(self, predictions, references, target_lang=None, languages=None):
+        if self.config_name == OFF_TARGET:  # a property of the outputs alone: the references are not read
+            return score_off_target(list(predictions), target_lang, languages)
         function, keys = CONFIGS[self.config_name]
         scores = function(list(predictions), list(references), target_lang)
         return scores if keys is None else {key: scores[key] for key in keys}

@@ -324,9 +324,10 @@ class LanguageIdentifier:
 
     Restricted to `languages` (the model's languages): the question is "which of the model's languages is
     this", and a restricted classifier is far more reliable on short sentences than one over 97 languages.
+    `languages=None` keeps all of py3langid's languages.
     """
 
-    def __init__(self, languages: Sequence[str]):
+    def __init__(self, languages: Sequence[str] | None):
         try:
             from py3langid.langid import MODEL_FILE
             from py3langid.langid import LanguageIdentifier as Identifier
@@ -334,6 +335,8 @@ class LanguageIdentifier:
             raise ImportError("Off-target rates need py3langid: pip install 'modeling_dwlstm[langid]' "
                               "(or pip install py3langid).") from error
         self.identifier = Identifier.from_model_file(MODEL_FILE)
+        if languages is None:
+            return
         unknown = sorted(set(languages) - set(self.identifier.nb_classes))
         if unknown:
             raise ValueError(f"py3langid does not know the languages {unknown}; off-target rates cannot be measured "
@@ -345,7 +348,7 @@ class LanguageIdentifier:
 
 
 def off_target_rate(hypotheses: Sequence[str], target_lang: str, identifier: LanguageIdentifier) -> float:
-    """Share of the non-empty `hypotheses` not identified as `target_lang` (an empty output counts as off target)."""
+    """Share of `hypotheses` not identified as `target_lang` (an empty output counts as off target)."""
     if not hypotheses:
         raise ValueError("No hypotheses to check.")
     languages = identifier.classify(hypotheses)
@@ -353,11 +356,22 @@ def off_target_rate(hypotheses: Sequence[str], target_lang: str, identifier: Lan
     return round(off / len(hypotheses), 4)
 
 
+def score_off_target(hypotheses: Sequence[str], target_lang: str | None,
+                     languages: Sequence[str] | None = None) -> dict:
+    """``{"off_target_rate", "language_id"}`` of `hypotheses` for `target_lang`: the `evaluate` module's
+    "off_target" configuration. `languages`: the candidates (the model's languages; None: py3langid's 97)."""
+    if not target_lang:
+        raise ValueError("The off-target rate needs the target language: pass target_lang='de' (an ISO 639-1 code).")
+    identifier = LanguageIdentifier(None if languages is None else sorted({*languages, target_lang}))
+    return {"off_target_rate": off_target_rate(list(hypotheses), target_lang, identifier),
+            "language_id": "py3langid" + (f", restricted to {sorted({*languages, target_lang})}" if languages else "")}
+
+
 __all__ = [
     "language_tag", "tag_source", "parse_language_pairs", "parse_sources", "corpus_languages",
     "load_multilingual_corpus", "tokenize_directions", "balanced_sentences", "split_by_direction", "temperature_probabilities",
     "temperature_counts", "TemperatureTokenBatchSampler", "direction_groups", "group_averages", "win_ratio",
-    "LanguageIdentifier", "off_target_rate", "evaluate_directions", "results_table",
+    "LanguageIdentifier", "off_target_rate", "score_off_target", "evaluate_directions", "results_table",
 ]
 
 

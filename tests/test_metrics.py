@@ -102,6 +102,19 @@ def test_bad_inputs_are_refused_with_a_clear_error(metric, predictions, referenc
         metric.compute(predictions=predictions, references=references)
 
 
+def test_off_target_configuration_identifies_the_output_language():
+    metric = load_translation_metric("off_target", keep_in_memory=True)
+    german = ["Ein Mann fährt mit dem Fahrrad durch die Stadt.", "Zwei Hunde spielen im Schnee."]
+    french = ["Un homme fait du vélo dans la ville.", "Deux chiens jouent dans la neige."]
+    result = metric.compute(predictions=german + french, references=[""] * 4, target_lang="de",
+                            languages=["en", "de", "fr", "cs"])
+    assert result == {"off_target_rate": 0.5, "language_id": "py3langid, restricted to ['cs', 'de', 'en', 'fr']"}
+    assert metric.compute(predictions=german, references=["", ""], target_lang="de")["off_target_rate"] == 0.0
+    assert metric.compute(predictions=french + [""], references=[""] * 3, target_lang="fr")["off_target_rate"] == 0.3333
+    with pytest.raises(ValueError, match="needs the target language"):
+        metric.compute(predictions=german, references=["", ""])
+
+
 def test_unknown_configuration_is_refused():
     with pytest.raises(ValueError, match="Unknown configuration 'bleurt'.*'chrf', 'default'"):
         load_translation_metric("bleurt")
