@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from .files import atomic_write_json, atomic_write_text
+
 logger = logging.getLogger(__name__)
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -123,12 +125,13 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
 
 def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | None = None,
                     record_dir: str | os.PathLike | None = None, threads: int | None = None,
-                    only: list[str] | None = None, table: bool = True) -> list[str]:
+                    only: list[str] | None = None, table: bool = True, table_so_far: bool = False) -> list[str]:
     """Bring every run (or the runs named in `only`) of the experiment to a record, then write the table.
 
     `threads` sets OMP_NUM_THREADS (torch's intra-op threads) for every stage. Returns what was done, one
     line per stage ("train dwlstm-seed1 (resumed from checkpoint-400)", "skip residual-prenorm-seed1", ...).
-    A stage that fails raises `RuntimeError` naming the run, the command and its log file.
+    A stage that fails raises `RuntimeError` naming the run, the command and its log file. The table is
+    written once every run has a record, or with `table_so_far` from the records there are.
     """
     experiment = load_experiment(path)
     output_dir = Path(output_dir or Path("runs") / "experiments" / experiment.name)
@@ -152,7 +155,10 @@ def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | Non
                     environment, done)
     missing = [run_id for run in experiment.runs for run_id in run.run_ids()
                if not (record_dir / run_id / "record.json").is_file()]
-    if table and missing:
+    if table and missing and table_so_far:
+        write_results_table(experiment, record_dir, allow_missing=True)
+        done.append(f"table so far {record_dir / 'results.md'} ({len(missing)} runs have no record yet)")
+    elif table and missing:
         done.append(f"table not written: {len(missing)} runs have no record yet ({', '.join(missing)})")
     elif table and (any(not line.startswith("skip ") for line in done) or not (record_dir / "results.md").is_file()):
         write_results_table(experiment, record_dir)
@@ -249,62 +255,88 @@ def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_di
     staging.rename(record)
 
 
-def write_results_table(experiment: Experiment, record_dir: str | os.PathLike) -> dict:
-    """results.md, results.json, learning_curves.png and test_bleu.png in `record_dir`, from the run records."""
+def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, allow_missing: bool = False) -> dict:
+    """results.md, results.json, learning_curves_GROUP.png and test_bleu.png in `record_dir`, from the records.
+
+    With `allow_missing` a campaign still under way gets its table so far: a run with some of its seeds
+    shows those (its "seeds" column says how many of how many), a run with none is listed as not run yet,
+    and a row whose baseline has no record gets no p-value. Without it a missing record is an error.
+    """
     from .evaluation import paired_bootstrap, read_lines
     from .plotting import plot_bleu_intervals, plot_training
 
     record_dir = Path(record_dir)
     references = _references(experiment)
-    rows = []
+    rows, not_run = [], []
     for run in experiment.runs:
-        records = [_read_record(record_dir / run_id) for run_id in run.run_ids()]
+        present = [run_id for run_id in run.run_ids() if (record_dir / run_id / "record.json").is_file()]
+        if len(present) < len(run.seeds) and not allow_missing:
+            missing = sorted(set(run.run_ids()) - set(present))
+            raise FileNotFoundError(f"{record_dir}: no record yet for {', '.join(missing)}; run the campaign "
+                                    "first, or ask for the table so far (allow_missing, --table_so_far).")
+        if not present:
+            not_run.append(run)
+            continue
+        records = [_read_record(record_dir / run_id) for run_id in present]
         scores = [record["test"]["sacrebleu"] for record in records]
         median = records[sorted(range(len(scores)), key=scores.__getitem__)[(len(scores) - 1) // 2]]
         rows.append({"run": run, "records": records, "median": median, "scores": scores})
+    if not rows:
+        raise FileNotFoundError(f"{record_dir}: no run of {experiment.name} has a record yet; nothing to tabulate.")
     by_name = {row["run"].name: row for row in rows}
     table = []
     for row in rows:
         run, median = row["run"], row["median"]
         hypotheses = read_lines(record_dir / median["id"] / "hypotheses.txt")
-        baseline = by_name[run.baseline]["median"] if run.baseline else median
+        has_baseline = run.baseline is not None and run.baseline != run.name and run.baseline in by_name
+        baseline = by_name[run.baseline]["median"] if has_baseline else median
         test = paired_bootstrap(hypotheses, read_lines(record_dir / baseline["id"] / "hypotheses.txt"), references,
                                 tokenized=False)
         seconds = [record["info"]["training_wall_seconds"] for record in row["records"]]
         tokens = [record["info"]["source_tokens_seen"] or 0 for record in row["records"]]
         table.append({
             "run": run.name, "group": run.group, "model_type": median["info"]["model_type"],
-            "parameters": median["info"]["parameters"], "seeds": run.seeds, "sacrebleu_per_seed": row["scores"],
+            "parameters": median["info"]["parameters"], "seeds": [record["info"]["seed"] for record in row["records"]],
+            "seeds_planned": run.seeds, "sacrebleu_per_seed": row["scores"],
             "sacrebleu_mean": round(statistics.mean(row["scores"]), 2),
             "sacrebleu_std": round(statistics.stdev(row["scores"]), 2) if len(row["scores"]) > 1 else None,
             "median_seed": median["info"]["seed"], "sacrebleu": median["test"]["sacrebleu"],
             "sacrebleu_interval": test["system_interval"], "chrf": median["test"]["chrf"],
             "tokenized_bleu": median["test"]["tokenized_bleu"],
             "baseline": run.baseline if run.baseline and run.baseline != run.name else None,
-            "p_value_vs_baseline": test["p_value"] if run.baseline and run.baseline != run.name else None,
+            "p_value_vs_baseline": test["p_value"] if has_baseline else None,
             "train_source_tokens_per_second": round(sum(tokens) / sum(seconds), 1) if sum(seconds) else None,
             "beam_sentences_per_second": median["test"]["sentences_per_second"],
             "steps": median["info"]["steps"], "wall_minutes": round(statistics.mean(seconds) / 60, 1),
+            "validation_loss": {entry["step"]: entry["eval_loss"] for entry in median["history"] if "eval_loss" in entry},
         })
     signature = rows[0]["median"]["test"]["sacrebleu_signature"]
     results = {"experiment": experiment.name, "description": experiment.description, "data": experiment.data,
-               "sacrebleu_signature": signature, "rows": table}
-    (record_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    groups = list(dict.fromkeys(row["group"] for row in table))
+               "sacrebleu_signature": signature, "rows": table,
+               "not_run_yet": [run_id for run in experiment.runs for run_id in run.run_ids()
+                               if not (record_dir / run_id / "record.json").is_file()]}
+    atomic_write_json(record_dir / "results.json", results)
+    groups = list(dict.fromkeys(run.group for run in experiment.runs))
     for group in groups:
-        plot_training({row["run"].name: row["median"]["history"] for row in rows if row["run"].group == group},
-                      record_dir / f"learning_curves_{group}.png", title=f"{experiment.name}: {group}")
+        histories = {row["run"].name: row["median"]["history"] for row in rows if row["run"].group == group}
+        if histories:
+            plot_training(histories, record_dir / f"learning_curves_{group}.png", title=f"{experiment.name}: {group}")
     plot_bleu_intervals({row["run"]: (row["sacrebleu"], row["sacrebleu_interval"]) for row in table},
                         record_dir / "test_bleu.png", title=f"{experiment.name}: test sacreBLEU (median seed)")
-    (record_dir / "results.md").write_text(_markdown(experiment, table, signature, groups))
+    atomic_write_text(record_dir / "results.md", _markdown(experiment, table, signature, groups, not_run,
+                                                           results["not_run_yet"]))
     return results
 
 
-def _markdown(experiment: Experiment, table: list[dict], signature: str, groups: list[str]) -> str:
+def _markdown(experiment: Experiment, table: list[dict], signature: str, groups: list[str], not_run: list[RunSpec],
+              missing: list[str]) -> str:
     lines = [f"# {experiment.name}", "", experiment.description, "",
              f"sacreBLEU signature: `{signature}`. The interval is the 95% paired-bootstrap interval of the "
              "median seed (1,000 resamples); p is the paired bootstrap against the baseline's median seed "
              "(the fraction of resamples where the run is not better).", ""]
+    if missing:
+        lines += [f"**Campaign under way**: {len(missing)} planned runs have no record yet "
+                  f"({', '.join(missing)}); the table shows the runs finished so far.", ""]
     header = ("| run | params (M) | seeds | sacreBLEU mean ± std | median seed: sacreBLEU [95% CI] | chrF | "
               "p vs baseline | train src tok/s (padded) | beam sent/s | steps | train min |")
     for group in groups:
@@ -312,13 +344,20 @@ def _markdown(experiment: Experiment, table: list[dict], signature: str, groups:
         for row in (row for row in table if row["group"] == group):
             spread = f" ± {row['sacrebleu_std']:.2f}" if row["sacrebleu_std"] is not None else ""
             low, high = row["sacrebleu_interval"]["low"], row["sacrebleu_interval"]["high"]
-            p_value = f"{row['p_value_vs_baseline']:.3f} ({row['baseline']})" if row["baseline"] else "baseline"
+            p_value = (f"{row['p_value_vs_baseline']:.3f} ({row['baseline']})" if row["p_value_vs_baseline"] is not None
+                       else f"no record of {row['baseline']} yet" if row["baseline"] else "baseline")
+            seeds = (f"{len(row['seeds'])}" if len(row["seeds"]) == len(row["seeds_planned"])
+                     else f"{len(row['seeds'])} of {len(row['seeds_planned'])}")
             lines.append(
-                f"| {row['run']} | {row['parameters'] / 1e6:.2f} | {len(row['seeds'])} | "
+                f"| {row['run']} | {row['parameters'] / 1e6:.2f} | {seeds} | "
                 f"{row['sacrebleu_mean']:.2f}{spread} | {row['sacrebleu']:.2f} [{low:.2f}, {high:.2f}] | "
                 f"{row['chrf']:.2f} | {p_value} | {row['train_source_tokens_per_second'] or 0:,.0f} | "
                 f"{row['beam_sentences_per_second']:.1f} | {row['steps']} | {row['wall_minutes']:.1f} |")
-        lines += ["", f"![learning curves](learning_curves_{group}.png)", ""]
+        for run in (run for run in not_run if run.group == group):
+            lines.append(f"| {run.name} | not run yet |" + " |" * 9)
+        if any(row["group"] == group for row in table):
+            lines += ["", f"![learning curves](learning_curves_{group}.png)"]
+        lines.append("")
     lines += ["![test BLEU](test_bleu.png)", ""]
     return "\n".join(lines)
 

@@ -25,10 +25,13 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None, help="torch threads for every stage (OMP_NUM_THREADS).")
     parser.add_argument("--only", nargs="+", default=None, help="Run only these runs (by name).")
     parser.add_argument("--no_table", action="store_true", help="Do not write the table, even if every run is done.")
+    parser.add_argument("--table_so_far", action="store_true",
+                        help="Write the table even if some runs have no record yet (they are listed as not run).")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for line in run_experiments(args.experiment, output_dir=args.output_dir, record_dir=args.record_dir,
-                                threads=args.threads, only=args.only, table=not args.no_table):
+                                threads=args.threads, only=args.only, table=not args.no_table,
+                                table_so_far=args.table_so_far):
         print(line)
 
 

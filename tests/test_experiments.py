@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from modeling_dwlstm.experiments import load_experiment, run_experiments
+from modeling_dwlstm.experiments import load_experiment, run_experiments, write_results_table
 from modeling_dwlstm.plotting import plot_bleu_intervals, plot_training, read_log_history
 from modeling_dwlstm.quickstart_corpus import write_corpus
 
@@ -78,10 +78,19 @@ def test_runner_trains_evaluates_tabulates_skips_and_resumes(tmp_path):
     # A run interrupted after its step-2 checkpoint (no record, no final model, no checkpoint-4) resumes there.
     train = output / "residual-seed1" / "train"
     shutil.rmtree(record / "residual-seed1")
+    # The table so far: the finished run, the missing one listed as not run yet, no p-value without a baseline.
+    done = run_experiments(experiment, output_dir=output, record_dir=record, only=["dwlstm"], table_so_far=True)
+    assert done == ["skip dwlstm-seed1", f"table so far {record / 'results.md'} (1 runs have no record yet)"]
+    table = (record / "results.md").read_text()
+    assert "no record yet (residual-seed1)" in table and "| residual | not run yet |" in table
+    assert "no record of residual yet" in table
+    assert json.loads((record / "results.json").read_text())["not_run_yet"] == ["residual-seed1"]
+    with pytest.raises(FileNotFoundError, match="no record yet for residual-seed1"):
+        write_results_table(load_experiment(experiment), record)
     shutil.rmtree(output / "residual-seed1" / "averaged")
     shutil.rmtree(output / "residual-seed1" / "test")
     shutil.rmtree(train / "checkpoint-4")
-    for name in ("train_results.json", "trainer_state.json", "model.safetensors"):
+    for name in ("train_results.json", "trainer_state.json", "model.safetensors", "checksums.json"):
         (train / name).unlink()
     done = run_experiments(experiment, output_dir=output, record_dir=record, threads=1)
     assert [line.split(" (")[0] for line in done] == [
