@@ -135,7 +135,7 @@ def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | Non
     """
     experiment = load_experiment(path)
     output_dir = Path(output_dir or Path("runs") / "experiments" / experiment.name)
-    record_dir = Path(record_dir or Path("experiments") / "results" / experiment.name)
+    record_dir = Path(record_dir or default_record_dir(experiment))
     selected = [run for run in experiment.runs if not only or run.name in only]
     if only and len(selected) != len(set(only)):
         unknown = sorted(set(only) - {run.name for run in experiment.runs})
@@ -253,6 +253,11 @@ def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_di
     if record.exists():
         shutil.rmtree(record)
     staging.rename(record)
+
+
+def default_record_dir(experiment: Experiment) -> Path:
+    """Where the small results of `experiment` go unless told otherwise: experiments/results/NAME."""
+    return Path("experiments") / "results" / experiment.name
 
 
 def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, allow_missing: bool = False) -> dict:

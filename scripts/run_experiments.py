@@ -2,6 +2,7 @@
 
     python scripts/run_experiments.py experiments/multi30k_en_de.json --threads 2
     python scripts/run_experiments.py experiments/multi30k_en_de.json --only dwlstm residual-prenorm
+    python scripts/run_experiments.py experiments/multi30k_en_de.json --table_only   # the table so far
 
 Finished runs (those with a record in --record_dir) are skipped and interrupted ones resume from their
 newest checkpoint, so the same command continues a campaign after a stop; run twice, it does nothing the
@@ -12,7 +13,7 @@ second time. Once every run has a record it writes results.md, results.json and 
 import argparse
 import logging
 
-from modeling_dwlstm.experiments import run_experiments
+from modeling_dwlstm.experiments import default_record_dir, load_experiment, run_experiments, write_results_table
 
 
 def main(argv=None):
@@ -25,10 +26,19 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None, help="torch threads for every stage (OMP_NUM_THREADS).")
     parser.add_argument("--only", nargs="+", default=None, help="Run only these runs (by name).")
     parser.add_argument("--no_table", action="store_true", help="Do not write the table, even if every run is done.")
+    parser.add_argument("--table_only", action="store_true",
+                        help="Train nothing: write the table from the records there are (missing runs listed).")
     parser.add_argument("--table_so_far", action="store_true",
                         help="Write the table even if some runs have no record yet (they are listed as not run).")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.table_only:
+        experiment = load_experiment(args.experiment)
+        record_dir = args.record_dir or default_record_dir(experiment)
+        results = write_results_table(experiment, record_dir, allow_missing=True)
+        print(f"table {record_dir}/results.md ({len(results['rows'])} runs; no record yet: "
+              f"{', '.join(results['not_run_yet']) or 'none'})")
+        return
     for line in run_experiments(args.experiment, output_dir=args.output_dir, record_dir=args.record_dir,
                                 threads=args.threads, only=args.only, table=not args.no_table,
                                 table_so_far=args.table_so_far):
