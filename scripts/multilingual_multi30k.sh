@@ -9,7 +9,7 @@
 # Resumable: a finished step is skipped (its final model / results.json exist), a killed training continues
 # from its last checkpoint.
 set -euo pipefail
-DATA=${DATA:-/work/shared/data/multi30k}
+DATA=${DATA:-../shared/data/multi30k}
 OUT=${OUT:-runs/m30k}
 STEPS=${STEPS:-300}
 PY=${PY:-.venv/bin/python}
