@@ -16,27 +16,36 @@ from . import (
     modeling_rnn,
     modeling_transparent,
 )
-from .configuration_dwlstm import (
-    DepthWiseRnnConfig,
-    DlclConfig,
-    DwLstmConfig,
-    FamilyMember,
+from .configuration_translation import FamilyMember, TranslationTransformerConfig
+from .modeling_dlcl import DlclConfig, DlclForConditionalGeneration, DlclModel, plot_dlcl_weights
+from .modeling_dwlstm import DwLstmConfig, DwLstmForConditionalGeneration, DwLstmModel
+from .modeling_highway import (
     HighwayTransformerConfig,
-    ResidualTransformerConfig,
-    TranslationTransformerConfig,
-    TransparentAttentionConfig,
+    HighwayTransformerForConditionalGeneration,
+    HighwayTransformerModel,
 )
-from .modeling_dlcl import DlclForConditionalGeneration, DlclModel, plot_dlcl_weights
-from .modeling_dwlstm import DwLstmForConditionalGeneration, DwLstmModel, DwLstmPreTrainedModel, LayerState
-from .modeling_highway import HighwayTransformerForConditionalGeneration, HighwayTransformerModel
-from .modeling_residual import ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+from .modeling_residual import (
+    ResidualTransformerConfig,
+    ResidualTransformerForConditionalGeneration,
+    ResidualTransformerModel,
+)
 from .modeling_rezero import (
     ReZeroTransformerConfig,
     ReZeroTransformerForConditionalGeneration,
     ReZeroTransformerModel,
 )
-from .modeling_rnn import DepthWiseRnnForConditionalGeneration, DepthWiseRnnModel
-from .modeling_transparent import TransparentAttentionForConditionalGeneration, TransparentAttentionModel
+from .modeling_rnn import DepthWiseRnnConfig, DepthWiseRnnForConditionalGeneration, DepthWiseRnnModel
+from .modeling_translation import (
+    LayerState,
+    TranslationTransformerForConditionalGeneration,
+    TranslationTransformerModel,
+    TranslationTransformerPreTrainedModel,
+)
+from .modeling_transparent import (
+    TransparentAttentionConfig,
+    TransparentAttentionForConditionalGeneration,
+    TransparentAttentionModel,
+)
 from .pipeline_translation import TranslationPipeline, register_translation_pipeline
 
 # One record per member (`MEMBER` in its modeling file): a new member adds its module here.
@@ -60,8 +69,10 @@ __all__ = [
     "MEMBERS",
     "FamilyMember",
     "TranslationTransformerConfig",
+    "TranslationTransformerPreTrainedModel",
+    "TranslationTransformerModel",
+    "TranslationTransformerForConditionalGeneration",
     "DwLstmConfig",
-    "DwLstmPreTrainedModel",
     "DwLstmModel",
     "DwLstmForConditionalGeneration",
     "ResidualTransformerConfig",

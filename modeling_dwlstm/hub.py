@@ -19,7 +19,7 @@ from pathlib import Path
 from huggingface_hub import HfApi
 
 from . import MEMBERS
-from .configuration_dwlstm import FamilyMember
+from .configuration_translation import FamilyMember
 from .files import atomic_write_text
 
 # Config fields every card's architecture table shows; each member adds its own (`FamilyMember.card_fields`).

@@ -16,9 +16,53 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .configuration_dwlstm import DlclConfig, FamilyMember
-from .modeling_dwlstm import DEPTH_CONNECTION_CLASSES, LayerCombination, LayerState
-from .modeling_residual import WANG_2019, ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+from .configuration_translation import FamilyMember, check_choice
+from .modeling_residual import (
+    WANG_2019,
+    ResidualTransformerConfig,
+    ResidualTransformerForConditionalGeneration,
+    ResidualTransformerModel,
+)
+from .modeling_translation import LayerCombination, LayerState
+
+
+class DlclConfig(ResidualTransformerConfig):
+    r"""
+    Dynamic linear combination of layers, DLCL (Wang et al. 003 §3, Eqs. 7-9), on the residual layers.
+
+    Both stacks keep every layer output y_0 .. y_l (y_0 = the embeddings) and feed layer l+1
+    a weighted sum of them, with one scalar W^{(l+1)}_k per (consumer, earlier layer) pair, separately
+    for encoder and decoder; the stack output (before the final LayerNorm) is one more consumer, so
+    each stack has an (L+1) x (L+1) lower-triangular weight matrix (003 Fig. 5):
+
+        pre-norm    x_{l+1} = sum_k W_k LN_k(y_k)       (Eq. 8; one LayerNorm per stored output)
+        post-norm   x_{l+1} = LN_{l+1}(sum_k W_k y_k)   (Eq. 9; one LayerNorm per consumer; for the
+                                                          stack output the stack's final LayerNorm is it)
+
+    Only complete layers are combined (003 §5: "we only combine the output of a complete layer"), so
+    cached decoding works position by position as for the residual model.
+
+    Args:
+        norm_position (`str`, defaults to "pre"): "pre" or "post", as for the residual model; 003's
+            DLCL systems (DLCL-30L, Fig. 5, the ablations of Table 6) are pre-norm.
+        dlcl_weights (`str`, defaults to "learned"): "learned" (initialised to the average 1/(l+1)),
+            or the fixed ablations of 003 Table 6: "one" (W = 1) and "average" (W = 1/(l+1)).
+        dlcl_layer_norm (`bool`, defaults to True): the LayerNorms of Eqs. 8/9; False is Table 6's
+            "- layer norm." ablation (then DLCL with one-hot weights on the previous layer is exactly
+            the residual model).
+    """
+
+    model_type = "dwlstm-dlcl"
+
+    norm_position: str = "pre"
+    dlcl_weights: str = "learned"
+    dlcl_layer_norm: bool = True
+
+    def check_values(self):
+        super().check_values()
+        check_choice("dlcl_weights", self.dlcl_weights, ("learned", "one", "average"))
+        if not isinstance(self.dlcl_layer_norm, bool):
+            raise ValueError(f"`dlcl_layer_norm` must be True or False, got {self.dlcl_layer_norm!r}.")
 
 
 class DlclConnection(LayerCombination):
@@ -72,9 +116,6 @@ class DlclConnection(LayerCombination):
         return LayerState(output=combined)
 
 
-DEPTH_CONNECTION_CLASSES["dlcl"] = DlclConnection
-
-
 class DlclWeightsMixin:
     """`dlcl_weight_matrices()` for both DLCL model classes."""
 
@@ -87,6 +128,7 @@ class DlclWeightsMixin:
 
 class DlclModel(DlclWeightsMixin, ResidualTransformerModel):
     config_class = DlclConfig
+    depth_connection_class = DlclConnection
 
 
 class DlclForConditionalGeneration(DlclWeightsMixin, ResidualTransformerForConditionalGeneration):
@@ -139,4 +181,4 @@ MEMBER = FamilyMember(
     hub_depths={"dlcl-prenorm": [("base", 6, 6), ("base", 30, 6)], "dlcl-postnorm": [("base", 6, 6), ("base", 20, 6)]},
 )
 
-__all__ = ["DlclConnection", "DlclModel", "DlclForConditionalGeneration", "plot_dlcl_weights"]
+__all__ = ["DlclConfig", "DlclConnection", "DlclModel", "DlclForConditionalGeneration", "plot_dlcl_weights"]

@@ -1,262 +1,114 @@
-"""PyTorch Transformer with depth-wise LSTMs (Xu et al.), and the skeleton every family member shares.
+"""The Transformer with depth-wise LSTMs (Xu et al., papers 000 and 001; SPEC §2): the whole member.
 
-Read top to bottom:
- 1. building blocks: positions, embeddings, masks, multi-head attention (SDPA, v5 KV cache);
- 2. the depth-wise LSTM (SPEC §2): gates, hidden variants, one step over depth;
- 3. layers: every layer maps a `LayerState` to a `LayerState`, so one can be swapped for another
-    (the layer non-linearity analysis of 000 §4 replaces a single layer by a linear map);
- 4. the encoder / decoder stacks, which pick their layer class by name from the config, and the two
-    hooks that connect layers across a stack (a depth connection forms each layer's input from the
-    earlier layer outputs; a cross-attention source gives each decoder layer its encoder states);
- 5. `DwLstmModel` and `DwLstmForConditionalGeneration`, the Hugging Face wrappers.
-
-Other members (residual, ...) live in their own `modeling_*.py` file: a config subclass, layer
-classes registered with `register_layers`, and two thin model subclasses.
+Residual connections and feed-forward sub-layers are replaced by a layer-normalised LSTM that runs
+across the depth of the network. Read top to bottom: the config, the LSTM step (gates, hidden
+variants), the layers that wire attention into it, the models (which name their layer classes on the
+skeleton of `modeling_translation`), the record. The depth-wise RNN (`modeling_rnn`) reuses the
+config base and the layers with its own step module.
 """
-
-import math
-import os
-import shutil
-from dataclasses import dataclass
-from pathlib import Path
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.modeling_outputs import (
-    BaseModelOutput,
-    BaseModelOutputWithPastAndCrossAttentions,
-    Seq2SeqLMOutput,
-    Seq2SeqModelOutput,
+
+from .configuration_translation import FamilyMember, TranslationTransformerConfig, check_choice
+from .modeling_translation import (
+    ACTIVATIONS,
+    LayerOutput,
+    LayerState,
+    MultiHeadAttention,
+    SharedModules,
+    TranslationLayer,
+    TranslationTransformerForConditionalGeneration,
+    TranslationTransformerModel,
+    attach_shared,
 )
 
-from .configuration_dwlstm import DwLstmConfig, FamilyMember, TranslationTransformerConfig
-
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
-
-
 # ---------------------------------------------------------------------------------------------
-# 1. Building blocks
+# 1. Config
 # ---------------------------------------------------------------------------------------------
 
 
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Teacher-forcing decoder input: labels shifted right behind the start token, -100 read as padding."""
-    shifted = labels.new_full(labels.shape, pad_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill(shifted == -100, pad_token_id)
+class DepthWiseConfig(TranslationTransformerConfig):
+    r"""
+    The fields the depth-wise LSTM and the depth-wise RNN share: their hidden module and decoder merge
+    (not a member itself; `DwLstmConfig` and `DepthWiseRnnConfig` extend it).
 
-
-def attach_shared(parent: nn.Module, name: str, module: nn.Module, owned: bool):
-    """Give `parent` the attribute `name`. Shared modules (depth-wise LSTM gates, token embeddings)
-    are registered only by their owner, so a checkpoint holds them once; the other users keep a plain
-    reference, which still follows the owner through `.to()`, loading and `deepcopy`."""
-    if owned:
-        setattr(parent, name, module)
-    else:
-        object.__setattr__(parent, name, module)
-
-
-class SharedModules:
-    """Modules several layers use, built by the first layer that asks (which then owns them)."""
-
-    def __init__(self):
-        self.modules = {}
-
-    def get(self, key: tuple, build) -> tuple[nn.Module, bool]:
-        if key in self.modules:
-            return self.modules[key], False
-        self.modules[key] = build()
-        return self.modules[key], True
-
-
-class SinusoidalPositions(nn.Module):
-    """Fixed sin/cos positions (Vaswani et al. §3.5): sin on the first half of the features, cos on the second."""
-
-    def __init__(self, num_positions: int, d_model: int):
-        super().__init__()
-        self.num_positions, self.d_model = num_positions, d_model
-        self.register_buffer("table", self.build_table(), persistent=False)
-
-    def build_table(self) -> torch.Tensor:
-        half = self.d_model // 2
-        inverse_frequency = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float) / max(half - 1, 1))
-        angles = torch.arange(self.num_positions, dtype=torch.float)[:, None] * inverse_frequency[None, :]
-        table = torch.cat([angles.sin(), angles.cos()], dim=-1)
-        return F.pad(table, (0, self.d_model - 2 * half))  # odd d_model: one zero feature
-
-    def init_parameters(self):
-        init.copy_(self.table, self.build_table())
-
-    def forward(self, positions: torch.Tensor) -> torch.Tensor:
-        return self.table[positions]
-
-
-class LearnedPositions(nn.Embedding):
-    """Learned absolute positions (the option to sinusoidal ones)."""
-
-    @property
-    def num_positions(self) -> int:
-        return self.num_embeddings
-
-
-class TranslationEmbeddings(nn.Module):
-    """x = dropout(sqrt(d) * E[token] + P[position]); E is the model's one shared (tied) embedding."""
-
-    def __init__(self, config: TranslationTransformerConfig, token_embedding: nn.Embedding):
-        super().__init__()
-        attach_shared(self, "token_embedding", token_embedding, owned=False)
-        position_class = SinusoidalPositions if config.position_embedding_type == "sinusoidal" else LearnedPositions
-        self.positions = position_class(config.max_position_embeddings, config.d_model)
-        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.dropout = config.dropout
-
-    def forward(self, input_ids=None, inputs_embeds=None, position_offset: int = 0) -> torch.Tensor:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError(
-                "Pass exactly one of `input_ids` and `inputs_embeds` (decoder: `decoder_input_ids` and `decoder_inputs_embeds`)."
-            )
-        if input_ids is not None:
-            check_token_ids(input_ids, self.token_embedding.num_embeddings)  # follows resize_token_embeddings
-            inputs_embeds = self.token_embedding(input_ids)
-        length = inputs_embeds.shape[1]
-        if position_offset + length > self.positions.num_positions:
-            raise ValueError(
-                f"Sequence of {position_offset + length} positions is longer than max_position_embeddings="
-                f"{self.positions.num_positions}; truncate the input or raise max_position_embeddings."
-            )
-        positions = torch.arange(position_offset, position_offset + length, device=inputs_embeds.device)
-        hidden = inputs_embeds * self.scale + self.positions(positions).to(inputs_embeds.dtype)  # (B, T, d)
-        return F.dropout(hidden, self.dropout, self.training)
-
-
-def check_token_ids(input_ids: torch.Tensor, vocab_size: int):
-    """Shape and range check. The range needs the values: read on the CPU (one reduction); on an
-    accelerator it is asserted on the device instead, so that a decode step does not wait for the host."""
-    if input_ids.dim() != 2:
-        raise ValueError(f"Token ids must have shape (batch, length), got {tuple(input_ids.shape)}.")
-    if not input_ids.numel() or torch.compiler.is_compiling():
-        return
-    if input_ids.device.type != "cpu":
-        torch._assert_async(((input_ids >= 0) & (input_ids < vocab_size)).all(), "token ids outside [0, vocab_size)")
-        return
-    lowest, highest = torch.aminmax(input_ids)
-    if lowest < 0 or highest >= vocab_size:
-        raise ValueError(
-            f"Token ids must lie in [0, vocab_size={vocab_size}); got ids from {int(lowest)} to "
-            f"{int(highest)}. Was the input made with this model's tokenizer?"
-        )
-
-
-def padding_mask(attention_mask: torch.Tensor | None, length: int) -> torch.Tensor | None:
-    """(batch, key_length) of 1/0 -> boolean (batch, 1, 1, key_length), True = may attend.
-    None when nothing is masked (SDPA's fastest kernels), checked only on the CPU, where reading the
-    mask costs no device synchronisation (and not while torch.compile traces)."""
-    if attention_mask is None:
-        return None
-    if attention_mask.dim() != 2 or attention_mask.shape[1] != length:
-        raise ValueError(
-            f"attention_mask must have shape (batch, {length}) to match its token ids, got {tuple(attention_mask.shape)}."
-        )
-    if attention_mask.device.type == "cpu" and not torch.compiler.is_compiling() and bool(attention_mask.all()):
-        return None
-    return attention_mask.bool()[:, None, None, :]
-
-
-def causal_mask(query_length: int, key_length: int, attention_mask: torch.Tensor | None, device) -> torch.Tensor | None:
-    """Query t (at absolute position past + t) sees keys 0..past + t, minus padded keys.
-    A single new query with no padding needs no mask at all (the fast path of cached decoding)."""
-    if query_length == 1 and attention_mask is None:
-        return None
-    past = key_length - query_length
-    query_positions = torch.arange(query_length, device=device)[:, None] + past
-    allowed = torch.arange(key_length, device=device)[None, :] <= query_positions  # (Tq, Tk)
-    mask = allowed[None, None]
-    if attention_mask is not None:
-        if attention_mask.shape[-1] != key_length:
-            raise ValueError(
-                f"decoder_attention_mask covers {attention_mask.shape[-1]} positions, expected {key_length} "
-                "(past + new decoder tokens)."
-            )
-        # A query always sees itself, so a padded query gets no all-masked row (which would give NaN).
-        mask = (mask & attention_mask.bool()[:, None, None, :]) | (query_positions == torch.arange(key_length, device=device))
-    return mask
-
-
-class FusedLinear(nn.Linear):
-    """`blocks` projections of the same input stored as one (blocks * out, in) matrix, so they cost one
-    matmul; each block is initialised as its own Xavier matrix, as if the projections were separate."""
-
-    def __init__(self, in_features: int, out_features: int, blocks: int):
-        super().__init__(in_features, blocks * out_features)
-        self.blocks = blocks
-
-
-class MultiHeadAttention(nn.Module):
-    """Scaled dot-product attention over `num_heads` heads (Vaswani et al. §3.2), computed with SDPA.
-
-    Self-attention projects queries, keys and values with one fused matmul (`qkv_proj`) and caches
-    keys/values in `past_key_values.self_attention_cache`; cross-attention projects keys and values
-    of the encoder output with one matmul (`kv_proj`) once per generation and reuses them
-    (`is_updated[layer_idx]`).
+    Args:
+        lstm_hidden (`str`, defaults to "glu"): "linear" (001 Eq. 5), "ffn" (000 Eq. 8) or "glu" (001 Eq. 6).
+        lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh").
+        share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
+        decoder_merge (`str`, defaults to "add"): how a decoder layer merges its self-attention result s
+            and cross-attention result x: s + x ("add") or [s; x] ("concat", a 3d input); see the members.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float, layer_idx: int, is_cross_attention: bool = False):
-        super().__init__()
-        self.num_heads, self.head_dim = num_heads, d_model // num_heads
-        self.dropout, self.layer_idx, self.is_cross_attention = dropout, layer_idx, is_cross_attention
-        if is_cross_attention:
-            self.q_proj = nn.Linear(d_model, d_model)
-            self.kv_proj = FusedLinear(d_model, d_model, blocks=2)
-        else:
-            self.qkv_proj = FusedLinear(d_model, d_model, blocks=3)
-        self.out_proj = nn.Linear(d_model, d_model)
+    lstm_hidden: str = "glu"
+    lstm_activation: str = "gelu"
+    share_hidden: bool = False
+    decoder_merge: str = "add"
 
-    def split_heads(self, x: torch.Tensor, parts: int = 1):  # (B, T, parts * d) -> parts x (B, H, T, d/H)
-        return x.unflatten(-1, (parts, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4).unbind(0)
+    decoder_merges = ("add", "concat")
 
-    def cross_keys_values(self, encoder_output: torch.Tensor, cache: EncoderDecoderCache | None):
-        if cache is not None and cache.is_updated.get(self.layer_idx):
-            cached = cache.cross_attention_cache.layers[self.layer_idx]
-            return cached.keys, cached.values
-        keys, values = self.split_heads(self.kv_proj(encoder_output), 2)  # (B, H, S, d/H) each
-        if cache is not None:
-            keys, values = cache.cross_attention_cache.update(keys, values, self.layer_idx)
-            cache.is_updated[self.layer_idx] = True
-        return keys, values
+    def check_values(self):
+        super().check_values()
+        check_choice("lstm_hidden", self.lstm_hidden, ("linear", "ffn", "glu"))
+        check_choice("lstm_activation", self.lstm_activation, ("gelu", "tanh"))
+        if not isinstance(self.share_hidden, bool):
+            raise ValueError(f"`share_hidden` must be True or False, got {self.share_hidden!r}.")
+        if self.lstm_hidden == "glu" and self.ffn_dim % 2:
+            raise ValueError(f"`ffn_dim` must be even for lstm_hidden='glu' (GLU halves it), got {self.ffn_dim}.")
+        check_choice("decoder_merge", self.decoder_merge, self.decoder_merges)
 
-    def queries_keys_values(self, hidden_states, key_value_states, cache: EncoderDecoderCache | None):
-        if self.is_cross_attention:
-            (query,) = self.split_heads(self.q_proj(hidden_states))
-            return (query, *self.cross_keys_values(key_value_states, cache))
-        query, keys, values = self.split_heads(self.qkv_proj(hidden_states), 3)
-        if cache is not None:
-            keys, values = cache.self_attention_cache.update(keys, values, self.layer_idx)
-        return query, keys, values
 
-    def forward(self, hidden_states, attention_mask=None, key_value_states=None, past_key_values=None, output_attentions=False):
-        query, keys, values = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T, d/H)
-        dropout = self.dropout if self.training else 0.0
-        if output_attentions:  # SDPA does not return the weights
-            scores = query @ keys.transpose(-1, -2) / math.sqrt(self.head_dim)
-            if attention_mask is not None:
-                scores = scores.masked_fill(~attention_mask, float("-inf"))
-            weights = F.dropout(scores.softmax(dim=-1).nan_to_num(0.0), dropout, self.training)  # as SDPA: 0 for all-masked rows
-            attended = weights @ values
-        else:
-            weights = None
-            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=attention_mask, dropout_p=dropout)
-        return self.out_proj(attended.transpose(1, 2).flatten(2)), weights  # (B, Tq, d)
+class DwLstmConfig(DepthWiseConfig):
+    r"""
+    Transformer with depth-wise LSTMs (Xu et al., papers 000 and 001; SPEC §2).
+
+    Residual connections and the FFN sub-layer are replaced by a layer-normalised LSTM running over
+    depth: layer l turns its attention result x and the previous state (o, c) into
+
+        i, f, g = sigmoid(LN_k(W_k [x; o] + b_k))   for k = input, forget, output   (per-gate LN)
+        h       = hidden([x; o])
+        c_l     = f * c + i * h
+        o_l     = g * c_l                            (no tanh on the cell)
+
+    with o_0 = c_0 = the embedded input.
+
+    Args:
+        lstm_hidden (`str`, defaults to "glu"): the hidden computation h.
+            "linear" h = act(LN(W_h [x;o] + b_h))                      (001 Eq. 5, W_h: 2d -> d)
+            "ffn"    h = W_2 act(LN(W_1 [x;o] + b_1)) + b_2            (000 Eq. 8, W_1: 2d -> d_ff)
+            "glu"    h = W_2 GLU(LN(W_1 [x;o] + b_1)) + b_2            (001 Eq. 6, GLU halves d_ff)
+        lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh");
+            "glu" uses its own sigmoid gate and no other activation.
+        share_gates (`str`, defaults to "per_stack"): one gate module for every layer of both stacks
+            ("global"), one per stack ("per_stack", 001's default) or one per layer ("none").
+            With `decoder_merge="concat"` the decoder's gates read a 3d input and cannot be shared
+            with the encoder's, so "global" then means one module per stack.
+        share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
+        decoder_merge (`str`, defaults to "add"): how a decoder layer combines its self-attention
+            result s and cross-attention result x before the LSTM: "add" (s + x), "concat" ([s; x],
+            a 3d LSTM input) or "two_lstm" (001 Fig. 3b: one depth-wise LSTM after the self-attention
+            and another after the cross-attention; each has its own hidden module unless `share_hidden`).
+
+    Dropout (our choice; the papers leave it to their toolkit): `dropout` on attention results before
+    they enter the LSTM, `activation_dropout` between the two matrices of the "ffn" and "glu" hidden.
+    """
+
+    model_type = "dwlstm"
+
+    share_gates: str = "per_stack"
+
+    decoder_merges = ("add", "concat", "two_lstm")
+
+    def check_values(self):
+        super().check_values()
+        check_choice("share_gates", self.share_gates, ("global", "per_stack", "none"))
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. The depth-wise LSTM (SPEC §2; 001 Eqs. 1-8, 000 Eqs. 3-10)
+# 2. The depth-wise LSTM step (SPEC §2; 001 Eqs. 1-8, 000 Eqs. 3-10)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -333,13 +185,6 @@ class GluHidden(nn.Module):
 LSTM_HIDDEN_CLASSES = {"linear": LinearHidden, "ffn": FeedForwardHidden, "glu": GluHidden}
 
 
-class LayerState(NamedTuple):
-    """What one layer hands the next."""
-
-    output: torch.Tensor  # (batch, length, d_model): the layer output the next layer attends over
-    cell: torch.Tensor | None = None  # (batch, length, d_model): depth-wise LSTM cell; None for residual layers
-
-
 class DepthwiseLstm(nn.Module):
     """One step of the LN-LSTM over depth: (x, o_{l-1}, c_{l-1}) -> (o_l, c_l).
 
@@ -365,6 +210,10 @@ class DepthwiseLstm(nn.Module):
         attach_shared(self, "gates", gates, owns_gates)
         attach_shared(self, "hidden", hidden, owns_hidden)
 
+    @staticmethod
+    def initial_state(embeddings: torch.Tensor) -> LayerState:
+        return LayerState(output=embeddings, cell=embeddings)  # o_0 = c_0 = embeddings
+
     def forward(self, x: torch.Tensor, state: LayerState) -> LayerState:
         concatenated = torch.cat([x, state.output], dim=-1)  # (B, T, input_dim)
         input_gate, forget_gate, output_gate = self.gates(concatenated)
@@ -373,69 +222,71 @@ class DepthwiseLstm(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. Layers. Encoder layers: (state, mask) -> (state, (self-attention weights,)).
-#    Decoder layers: (state, encoder output, masks, cache) -> (state, (self, cross weights)).
+# 3. Layers: attention, then a step over depth instead of the residual connection and FFN
 # ---------------------------------------------------------------------------------------------
 
-ENCODER_LAYER_CLASSES: dict[str, type] = {}
-DECODER_LAYER_CLASSES: dict[str, type] = {}
+
+class DepthwiseLayer(TranslationLayer):
+    """What the depth-wise layers share: a step over depth in place of residual connections and the FFN.
+    `step_class` is that step and `step_name` its attribute (and checkpoint key); the depth-wise RNN
+    (`modeling_rnn`) reuses the layers below with its own step."""
+
+    step_class, step_name = DepthwiseLstm, "depthwise_lstm"
+
+    @property
+    def step(self) -> nn.Module:
+        return getattr(self, self.step_name)
+
+    def initial_state(self, embeddings: torch.Tensor) -> LayerState:
+        return self.step.initial_state(embeddings)
 
 
-def register_layers(name: str, encoder_layer: type, decoder_layer: type):
-    """Make a connection style available to the stacks under the name its config returns
-    from `encoder_layer_type` / `decoder_layer_type`."""
-    ENCODER_LAYER_CLASSES[name] = encoder_layer
-    DECODER_LAYER_CLASSES[name] = decoder_layer
-
-
-class DepthwiseLstmEncoderLayer(nn.Module):
+class DepthwiseLstmEncoderLayer(DepthwiseLayer):
     """a = SelfAttn(o_{l-1});  (o_l, c_l) = LSTM(a, o_{l-1}, c_{l-1})   (SPEC §2.2)."""
 
-    def __init__(self, config: DwLstmConfig, layer_idx: int, shared_modules: SharedModules):
+    def __init__(self, config: DepthWiseConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
-        d = config.d_model
-        self.self_attn = MultiHeadAttention(d, config.encoder_attention_heads, config.attention_dropout, layer_idx)
-        self.depthwise_lstm = DepthwiseLstm(config, 2 * d, shared_modules, ("encoder", layer_idx, 0))
+        self.self_attn = MultiHeadAttention(config, config.encoder_attention_heads, layer_idx)
+        step = self.step_class(config, 2 * config.d_model, shared_modules, ("encoder", layer_idx, 0))
+        self.add_module(self.step_name, step)
         self.dropout = config.dropout
 
-    @staticmethod
-    def initial_state(embeddings: torch.Tensor) -> LayerState:
-        return LayerState(output=embeddings, cell=embeddings)  # o_0 = c_0 = embeddings
-
-    def forward(self, state: LayerState, attention_mask=None, output_attentions=False):
-        attended, weights = self.self_attn(state.output, attention_mask, output_attentions=output_attentions)
+    def forward(self, output, cell=None, *, attention_mask=None, output_attentions=False):
+        attended, weights = self.self_attn(output, attention_mask=attention_mask, output_attentions=output_attentions)
         attended = F.dropout(attended, self.dropout, self.training)  # (B, S, d)
-        return self.depthwise_lstm(attended, state), (weights,)
+        return LayerOutput(*self.step(attended, LayerState(output, cell)), self_attention=weights)
 
 
-class DepthwiseLstmDecoderLayer(nn.Module):
+class DepthwiseLstmDecoderLayer(DepthwiseLayer):
     """s = MaskedSelfAttn(o_{l-1});  x = CrossAttn(s + o_{l-1}, enc);  (o_l, c_l) = LSTM(merge(s, x), o_{l-1}, c_{l-1})
     with merge = s + x ("add") or [s; x] ("concat")   (SPEC §2.3, 001 Fig. 3a)."""
 
-    def __init__(self, config: DwLstmConfig, layer_idx: int, shared_modules: SharedModules):
+    def __init__(self, config: DepthWiseConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
-        d, heads = config.d_model, config.decoder_attention_heads
-        self.self_attn = MultiHeadAttention(d, heads, config.attention_dropout, layer_idx)
-        self.cross_attn = MultiHeadAttention(d, heads, config.attention_dropout, layer_idx, is_cross_attention=True)
+        heads = config.decoder_attention_heads
+        self.self_attn = MultiHeadAttention(config, heads, layer_idx)
+        self.cross_attn = MultiHeadAttention(config, heads, layer_idx, is_cross_attention=True)
         self.concat = config.decoder_merge == "concat"
-        lstm_input_dim = 3 * d if self.concat else 2 * d
-        self.depthwise_lstm = DepthwiseLstm(config, lstm_input_dim, shared_modules, ("decoder", layer_idx, 0))
+        step_input_dim = (3 if self.concat else 2) * config.d_model
+        step = self.step_class(config, step_input_dim, shared_modules, ("decoder", layer_idx, 0))
+        self.add_module(self.step_name, step)
         self.dropout = config.dropout
 
-    initial_state = staticmethod(DepthwiseLstmEncoderLayer.initial_state)
-
-    def forward(self, state, encoder_hidden_states, encoder_mask=None, self_mask=None, past_key_values=None, output_attentions=False):
-        s, self_weights = self.self_attn(state.output, self_mask, past_key_values=past_key_values, output_attentions=output_attentions)
+    def forward(self, output, cell=None, encoder_hidden_states=None, *, attention_mask=None,
+                encoder_attention_mask=None, past_key_values=None, output_attentions=False):
+        s, self_weights = self.self_attn(output, attention_mask=attention_mask, past_key_values=past_key_values,
+                                         output_attentions=output_attentions)
         s = F.dropout(s, self.dropout, self.training)  # (B, T, d)
         x, cross_weights = self.cross_attn(
-            s + state.output, encoder_mask, encoder_hidden_states, past_key_values, output_attentions
+            s + output, attention_mask=encoder_attention_mask, key_value_states=encoder_hidden_states,
+            past_key_values=past_key_values, output_attentions=output_attentions,
         )
         x = F.dropout(x, self.dropout, self.training)  # (B, T, d)
         merged = torch.cat([s, x], dim=-1) if self.concat else s + x
-        return self.depthwise_lstm(merged, state), (self_weights, cross_weights)
+        return LayerOutput(*self.step(merged, LayerState(output, cell)), self_weights, cross_weights)
 
 
-class TwoLstmDecoderLayer(nn.Module):
+class TwoLstmDecoderLayer(TranslationLayer):
     """001 Fig. 3b: a depth-wise LSTM after each attention sub-layer, replacing both residual connections.
         s = MaskedSelfAttn(o_{l-1});  (o', c') = LSTM_1(s, o_{l-1}, c_{l-1})
         x = CrossAttn(o', enc);       (o_l, c_l) = LSTM_2(x, o', c')"""
@@ -443,389 +294,46 @@ class TwoLstmDecoderLayer(nn.Module):
     def __init__(self, config: DwLstmConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
         d, heads = config.d_model, config.decoder_attention_heads
-        self.self_attn = MultiHeadAttention(d, heads, config.attention_dropout, layer_idx)
+        self.self_attn = MultiHeadAttention(config, heads, layer_idx)
         self.self_attn_lstm = DepthwiseLstm(config, 2 * d, shared_modules, ("decoder", layer_idx, 0))
-        self.cross_attn = MultiHeadAttention(d, heads, config.attention_dropout, layer_idx, is_cross_attention=True)
+        self.cross_attn = MultiHeadAttention(config, heads, layer_idx, is_cross_attention=True)
         self.cross_attn_lstm = DepthwiseLstm(config, 2 * d, shared_modules, ("decoder", layer_idx, 1))
         self.dropout = config.dropout
 
-    initial_state = staticmethod(DepthwiseLstmEncoderLayer.initial_state)
+    initial_state = staticmethod(DepthwiseLstm.initial_state)
 
-    def forward(self, state, encoder_hidden_states, encoder_mask=None, self_mask=None, past_key_values=None, output_attentions=False):
-        s, self_weights = self.self_attn(state.output, self_mask, past_key_values=past_key_values, output_attentions=output_attentions)
-        state = self.self_attn_lstm(F.dropout(s, self.dropout, self.training), state)
-        x, cross_weights = self.cross_attn(state.output, encoder_mask, encoder_hidden_states, past_key_values, output_attentions)
+    def forward(self, output, cell=None, encoder_hidden_states=None, *, attention_mask=None,
+                encoder_attention_mask=None, past_key_values=None, output_attentions=False):
+        s, self_weights = self.self_attn(output, attention_mask=attention_mask, past_key_values=past_key_values,
+                                         output_attentions=output_attentions)
+        state = self.self_attn_lstm(F.dropout(s, self.dropout, self.training), LayerState(output, cell))
+        x, cross_weights = self.cross_attn(
+            state.output, attention_mask=encoder_attention_mask, key_value_states=encoder_hidden_states,
+            past_key_values=past_key_values, output_attentions=output_attentions,
+        )
         state = self.cross_attn_lstm(F.dropout(x, self.dropout, self.training), state)
-        return state, (self_weights, cross_weights)
-
-
-register_layers("depthwise_lstm", DepthwiseLstmEncoderLayer, DepthwiseLstmDecoderLayer)
-register_layers("depthwise_lstm_two", DepthwiseLstmEncoderLayer, TwoLstmDecoderLayer)
+        return LayerOutput(*state, self_weights, cross_weights)
 
 
 # ---------------------------------------------------------------------------------------------
-# 4. Stacks
+# 4. Models and the record
 # ---------------------------------------------------------------------------------------------
 
 
-def build_layers(registry: dict, layer_type: str, config, count: int, shared_modules: SharedModules) -> nn.ModuleList:
-    check_registered(registry, layer_type, "layer class")
-    return nn.ModuleList(registry[layer_type](config, i, shared_modules) for i in range(count))
-
-
-def check_registered(registry: dict, name: str, what: str):
-    if name not in registry:
-        raise ValueError(
-            f"No {what} is registered as {name!r} (known: {sorted(registry)}); import the module "
-            "that defines this family member (e.g. `import modeling_dwlstm`)."
-        )
-
-
-@dataclass
-class TranslationEncoderOutput(BaseModelOutput):
-    """`BaseModelOutput` plus, for decoders that read every encoder layer (transparent attention),
-    `layer_outputs` (batch, source length, encoder_layers + 1, d_model): the embeddings, each layer's
-    output and the final output, i.e. `hidden_states` stacked. A top-level tensor, so `generate()`
-    expands it for beams like `last_hidden_state`. None for every other member."""
-
-    layer_outputs: torch.FloatTensor | None = None
-
-
-class LayerCombination(nn.Module):
-    """Scalar weights that mix several layers' outputs (DLCL, transparent attention). `weights` is a
-    parameter when learned and a buffer when fixed; initialised to `initial_weights()`."""
-
-    def initial_weights(self) -> torch.Tensor:
-        raise NotImplementedError
-
-    def init_parameters(self):
-        init.copy_(self.weights, self.initial_weights())
-
-
-class PreviousLayer(nn.Module):
-    """The default depth connection: layer l+1 reads layer l's output as it is (residual and depth-wise
-    LSTM stacks). A depth connection decides what a stack remembers of the layer outputs y_0 .. y_c seen
-    so far (`remember` returns the new history, a list passed along by the stack) and forms from it the
-    input of consumer c: layer c+1, or the stack output for c = L."""
-
-    def __init__(self, config: TranslationTransformerConfig, num_layers: int):
-        super().__init__()
-
-    def remember(self, history: list[LayerState], state: LayerState) -> list[LayerState]:
-        return [state]  # only the latest output is ever read
-
-    def forward(self, history: list[LayerState], consumer: int) -> LayerState:
-        return history[-1]
-
-
-class TopEncoderLayer(nn.Module):
-    """The default cross-attention source: every decoder layer attends over the encoder's final output."""
-
-    reads_all_encoder_layers = False
-
-    def __init__(self, config: TranslationTransformerConfig):
-        super().__init__()
-
-    def encoder_states(self, encoder_outputs: BaseModelOutput) -> torch.Tensor:
-        """What the model hands the decoder as `encoder_hidden_states`."""
-        return encoder_outputs.last_hidden_state
-
-    def forward(self, encoder_states: torch.Tensor, layer_idx: int, past_key_values=None) -> torch.Tensor | None:
-        """The memory decoder layer `layer_idx` cross-attends over."""
-        return encoder_states
-
-
-DEPTH_CONNECTION_CLASSES: dict[str, type] = {"previous_layer": PreviousLayer}
-CROSS_ATTENTION_SOURCE_CLASSES: dict[str, type] = {"top_encoder_layer": TopEncoderLayer}
-
-
-class LayerStack(nn.Module):
-    """What both stacks share: running a layer, under gradient checkpointing when it is enabled
-    (`model.activation_checkpointing_enable()` sets `gradient_checkpointing` here)."""
-
-    gradient_checkpointing = False
-
-    def call_layer(self, layer: nn.Module, *args):
-        if self.gradient_checkpointing and self.training:
-            # Non-reentrant: the LayerState tuple carries the tensors that need gradients.
-            return torch.utils.checkpoint.checkpoint(layer, *args, use_reentrant=False)
-        return layer(*args)
-
-
-class TranslationEncoder(LayerStack):
-    """Embeddings, `encoder_layers` layers of the config's connection style, final LayerNorm."""
-
-    def __init__(self, config: TranslationTransformerConfig, token_embedding: nn.Embedding, shared_modules: SharedModules):
-        super().__init__()
-        self.config = config
-        self.embeddings = TranslationEmbeddings(config, token_embedding)
-        self.layers = build_layers(ENCODER_LAYER_CLASSES, config.encoder_layer_type, config, config.encoder_layers, shared_modules)
-        self.depth_connection = build_depth_connection(config, config.encoder_layers)
-        self.exports_layer_outputs = cross_attention_source_class(config).reads_all_encoder_layers
-        self.final_layer_norm = nn.LayerNorm(config.d_model)
-
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None) -> TranslationEncoderOutput:
-        hidden = self.embeddings(input_ids, inputs_embeds)  # (B, S, d)
-        mask = padding_mask(attention_mask, hidden.shape[1])
-        state = self.layers[0].initial_state(hidden)
-        all_hidden, all_attentions, history = [state.output], [], self.depth_connection.remember([], state)
-        for i, layer in enumerate(self.layers):
-            state, (weights,) = self.call_layer(layer, self.depth_connection(history, i), mask, bool(output_attentions))
-            history = self.depth_connection.remember(history, state)
-            all_hidden.append(state.output)
-            all_attentions.append(weights)
-        output = self.final_layer_norm(self.depth_connection(history, len(self.layers)).output)
-        all_hidden[-1] = output  # y_0 .. y_{L-1} and the stack output
-        return TranslationEncoderOutput(
-            last_hidden_state=output,
-            hidden_states=tuple(all_hidden) if output_hidden_states else None,
-            attentions=tuple(all_attentions) if output_attentions else None,
-            layer_outputs=torch.stack(all_hidden, dim=2) if self.exports_layer_outputs else None,  # (B, S, L+1, d)
-        )
-
-
-def build_depth_connection(config: TranslationTransformerConfig, num_layers: int) -> nn.Module:
-    check_registered(DEPTH_CONNECTION_CLASSES, config.depth_connection_type, "depth connection")
-    return DEPTH_CONNECTION_CLASSES[config.depth_connection_type](config, num_layers)
-
-
-def cross_attention_source_class(config: TranslationTransformerConfig) -> type:
-    check_registered(CROSS_ATTENTION_SOURCE_CLASSES, config.cross_attention_source_type, "cross-attention source")
-    return CROSS_ATTENTION_SOURCE_CLASSES[config.cross_attention_source_type]
-
-
-class TranslationDecoder(LayerStack):
-    """Embeddings, `decoder_layers` layers (masked self-attention, cross-attention), final LayerNorm.
-    With a cache only the new positions are computed: the depth-wise state is per position, so the
-    attention KV cache is all that carries over between steps. `encoder_hidden_states` is what the
-    cross-attention source reads: the encoder output (B, S, d), or for transparent attention every
-    encoder layer's output (B, S, L_enc+1, d)."""
-
-    def __init__(self, config: TranslationTransformerConfig, token_embedding: nn.Embedding, shared_modules: SharedModules):
-        super().__init__()
-        self.config = config
-        self.embeddings = TranslationEmbeddings(config, token_embedding)
-        self.layers = build_layers(DECODER_LAYER_CLASSES, config.decoder_layer_type, config, config.decoder_layers, shared_modules)
-        self.depth_connection = build_depth_connection(config, config.decoder_layers)
-        self.cross_attention_source = cross_attention_source_class(config)(config)
-        self.final_layer_norm = nn.LayerNorm(config.d_model)
-
-    def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
-                past_key_values=None, inputs_embeds=None, use_cache=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None) -> BaseModelOutputWithPastAndCrossAttentions:
-        if encoder_hidden_states is None:
-            raise ValueError("The decoder needs `encoder_hidden_states` (the encoder's output).")
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        hidden = self.embeddings(input_ids, inputs_embeds, position_offset=past_length)  # (B, T, d)
-        if encoder_hidden_states.shape[0] != hidden.shape[0]:
-            raise ValueError(
-                f"Decoder batch ({hidden.shape[0]}) and encoder batch ({encoder_hidden_states.shape[0]}) differ."
-            )
-        self_mask = causal_mask(hidden.shape[1], past_length + hidden.shape[1], attention_mask, hidden.device)
-        encoder_mask = padding_mask(encoder_attention_mask, encoder_hidden_states.shape[1])
-        state = self.layers[0].initial_state(hidden)
-        all_hidden, self_attentions, cross_attentions = [state.output], [], []
-        history = self.depth_connection.remember([], state)
-        for i, layer in enumerate(self.layers):
-            memory = self.cross_attention_source(encoder_hidden_states, i, past_key_values)  # (B, S, d) or None once cached
-            state, (self_weights, cross_weights) = self.call_layer(
-                layer, self.depth_connection(history, i), memory, encoder_mask, self_mask, past_key_values, bool(output_attentions)
-            )
-            history = self.depth_connection.remember(history, state)
-            all_hidden.append(state.output)
-            self_attentions.append(self_weights)
-            cross_attentions.append(cross_weights)
-        output = self.final_layer_norm(self.depth_connection(history, len(self.layers)).output)
-        all_hidden[-1] = output
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=output,
-            past_key_values=past_key_values,
-            hidden_states=tuple(all_hidden) if output_hidden_states else None,
-            attentions=tuple(self_attentions) if output_attentions else None,
-            cross_attentions=tuple(cross_attentions) if output_attentions else None,
-        )
-
-
-# ---------------------------------------------------------------------------------------------
-# 5. Hugging Face models
-# ---------------------------------------------------------------------------------------------
-
-
-class DwLstmPreTrainedModel(PreTrainedModel):
-    """Initialisation as in the papers' toolkits (SPEC §1): Xavier-uniform projections with zero
-    biases, embeddings N(0, d_model^-1/2), LayerNorm weight 1 and bias 0. Any other module with
-    parameters or buffers to set defines `init_parameters()` (under no_grad, with `transformers.initialization`
-    functions, which skip weights loaded from a checkpoint)."""
-
+class DwLstmModel(TranslationTransformerModel):
     config_class = DwLstmConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
-    _supports_sdpa = True
     _no_split_modules = ["DepthwiseLstmEncoderLayer", "DepthwiseLstmDecoderLayer", "TwoLstmDecoderLayer"]
 
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module):
-        if isinstance(module, nn.Linear):
-            if not getattr(module.weight, "_is_hf_initialized", False):
-                for block in module.weight.chunk(getattr(module, "blocks", 1)):  # fused projections: Xavier per block
-                    nn.init.xavier_uniform_(block)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):  # tokens and learned positions
-            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-        elif hasattr(module, "init_parameters"):  # modules with their own initialisation say so themselves
-            module.init_parameters()
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """Also save the translation pipeline (transformers 5 dropped the task), so that
-        `pipeline("translation", model=save_directory, trust_remote_code=True)` works anywhere."""
-        self.config.custom_pipelines = {**(getattr(self.config, "custom_pipelines", None) or {}), **translation_pipeline_tasks(self.config)}
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if PIPELINE_FILE.exists() and kwargs.get("is_main_process", True):
-            shutil.copy(PIPELINE_FILE, os.path.join(save_directory, PIPELINE_FILE.name))
+    @classmethod
+    def layer_classes(cls, config: DwLstmConfig) -> tuple[type, type]:
+        two_lstm = config.decoder_merge == "two_lstm"
+        return DepthwiseLstmEncoderLayer, TwoLstmDecoderLayer if two_lstm else DepthwiseLstmDecoderLayer
 
 
-PIPELINE_FILE = Path(__file__).with_name("pipeline_translation.py")
-
-
-def translation_pipeline_tasks(config: TranslationTransformerConfig) -> dict:
-    """`custom_pipelines` entries: "translation" and one "translation_xx_to_yy" per `config.language_pairs`."""
-    entry = {"impl": "pipeline_translation.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
-    tasks = ["translation"] + [f"translation_{pair.replace('-', '_to_')}" for pair in config.language_pairs]
-    return {task: dict(entry) for task in tasks}
-
-
-class DwLstmModel(DwLstmPreTrainedModel):
-    """The bare encoder-decoder: token ids in, the decoder's last hidden states out."""
-
-    def __init__(self, config: TranslationTransformerConfig):
-        super().__init__(config)
-        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        shared_modules = SharedModules()  # lets share_gates="global" reach across both stacks
-        self.encoder = TranslationEncoder(config, self.shared, shared_modules)
-        self.decoder = TranslationDecoder(config, self.shared, shared_modules)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.shared
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.shared = value
-        for stack in (self.encoder, self.decoder):
-            attach_shared(stack.embeddings, "token_embedding", value, owned=False)
-
-    def get_encoder(self):
-        return self.encoder
-
-    def get_decoder(self):
-        return self.decoder
-
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, past_key_values: Cache | None = None, inputs_embeds=None,
-                decoder_inputs_embeds=None, use_cache=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None) -> Seq2SeqModelOutput:
-        if use_cache is None:
-            use_cache = self.config.use_cache
-        if encoder_outputs is None:
-            encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states)
-        elif isinstance(encoder_outputs, torch.Tensor):
-            encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs)
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if decoder_input_ids is None and decoder_inputs_embeds is None:
-            raise ValueError("Pass `decoder_input_ids` (or `labels`, from which they are derived).")
-        decoder_outputs = self.decoder(
-            decoder_input_ids, decoder_attention_mask, self.decoder.cross_attention_source.encoder_states(encoder_outputs), attention_mask,
-            past_key_values, decoder_inputs_embeds, use_cache, output_attentions, output_hidden_states,
-        )
-        output = Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-        )
-        return output if return_dict is not False else output.to_tuple()
-
-
-class DwLstmForConditionalGeneration(DwLstmPreTrainedModel, GenerationMixin):
-    """The translation model: `DwLstmModel` plus the output projection (tied to the embeddings) and the
-    label-smoothed cross-entropy of the papers (smoothing `config.label_smoothing`, padding ignored)."""
-
+class DwLstmForConditionalGeneration(TranslationTransformerForConditionalGeneration):
+    config_class = DwLstmConfig
     base_model_class = DwLstmModel
-    _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
-    accepts_loss_kwargs = False
-
-    def __init__(self, config: TranslationTransformerConfig):
-        super().__init__(config)
-        self.model = self.base_model_class(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.post_init()
-        # The papers decode with beam 4; translations need more than generate()'s default 20 tokens.
-        self.generation_config.num_beams = 4
-        self.generation_config.max_length = min(256, config.max_position_embeddings)
-
-    def get_encoder(self):
-        return self.model.encoder
-
-    def get_decoder(self):
-        return self.model.decoder
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear):
-        self.lm_head = value
-
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, past_key_values: Cache | None = None, inputs_embeds=None,
-                decoder_inputs_embeds=None, labels=None, use_cache=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None) -> Seq2SeqLMOutput:
-        if labels is not None:
-            use_cache = False
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        outputs = self.model(
-            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, past_key_values,
-            inputs_embeds, decoder_inputs_embeds, use_cache, output_attentions, output_hidden_states, return_dict=True,
-        )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, vocab)
-        loss = self.translation_loss(logits, labels) if labels is not None else None
-        output = Seq2SeqLMOutput(loss=loss, logits=logits, **{k: v for k, v in outputs.items() if k != "last_hidden_state"})
-        return output if return_dict is not False else output.to_tuple()
-
-    def translation_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Label-smoothed cross-entropy averaged over target tokens; -100 and padding are ignored."""
-        if labels.shape != logits.shape[:2]:
-            raise ValueError(f"labels have shape {tuple(labels.shape)}, expected (batch, target length) = {tuple(logits.shape[:2])}.")
-        targets = labels.masked_fill(labels == self.config.pad_token_id, -100)
-        return F.cross_entropy(
-            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, label_smoothing=self.config.label_smoothing
-        )
-
-    @staticmethod
-    def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.Tensor) -> EncoderDecoderCache:
-        """Beam search: follow the surviving beams in the self-attention cache only. The cross-attention
-        keys/values are the same for every beam of a sentence and beams never move between sentences, so
-        the default (reordering both caches) copies them every step for nothing."""
-        past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        return past_key_values
-
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-
+    _no_split_modules = DwLstmModel._no_split_modules
 
 
 # BibTeX of the depth-wise LSTM papers (000, 001).
@@ -855,10 +363,8 @@ MEMBER = FamilyMember(
 )
 
 __all__ = [
-    "DwLstmPreTrainedModel",
+    "DepthWiseConfig",
+    "DwLstmConfig",
     "DwLstmModel",
     "DwLstmForConditionalGeneration",
-    "LayerState",
-    "register_layers",
-    "TranslationEncoderOutput",
 ]

@@ -16,11 +16,65 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .configuration_dwlstm import FamilyMember, HighwayTransformerConfig
-from .modeling_dwlstm import DwLstmForConditionalGeneration, DwLstmModel, register_layers
+from .configuration_translation import FamilyMember, TranslationTransformerConfig, check_choice, check_int
 from .modeling_residual import VASWANI_2017, PostNormResidual, ResidualDecoderLayer, ResidualEncoderLayer
+from .modeling_translation import TranslationTransformerForConditionalGeneration, TranslationTransformerModel
 
 GATE_ACTIVATIONS = {"sigmoid": torch.sigmoid, "tanh": torch.tanh}
+
+
+class HighwayTransformerConfig(TranslationTransformerConfig):
+    r"""
+    Highway Transformer (Chai et al., paper 004; SPEC §3): the post-norm residual Transformer with a
+    self-gated branch on the sub-layers (self-attention, cross-attention, FFN) of both stacks. With
+    T(X) = Psi(X W_1 + b_1) and f(X) = X W_2 + b_2 (one pair of d x d projections per gated sub-layer
+    F, the gate reading the sub-layer's input X):
+
+        "sdu"           U = LN(X + F(X) + T(X) * f(X))                       (004 Eqs. 21-24)
+        "highway_gate"  U = LN((1 - T(X)) * X + T(X) * f(X) + F(X))           (004 Eqs. 26-29)
+        "gated_mhdpa"   U = LN(X + (1 - T(X)) * F(X) + T(X) * f(X))           (004 Eqs. 30-31)
+
+    Args:
+        sdu_gate (`str`, defaults to "sigmoid"): Psi of the "sdu" variant, "sigmoid" or "tanh" (004 Eq. 21).
+            The two highway variants use the sigmoid transform gate of 004 Eq. 26 (their carry gate is
+            1 - T), so they accept only "sigmoid".
+        highway_variant (`str`, defaults to "sdu"): "sdu", "highway_gate" or "gated_mhdpa" (above).
+        sdu_layers (`int` or `None`, defaults to None): None gates every layer of both stacks (SPEC §4's
+            30 gated sub-layers at 6+6); an integer k gates only layers 1..k of each stack (004 Tables
+            5-6, e.g. "L1-2"), the layers above are plain post-norm residual layers. A stack with fewer
+            than k layers is gated throughout; k must be between 1 and the deeper stack's depth.
+
+    Dropout (our choice): `dropout` on F(X) and on the gated branch T(X) * f(X), as on every sub-layer
+    output of the residual model; nothing is dropped from the carried input X.
+    """
+
+    model_type = "dwlstm-highway"
+
+    sdu_gate: str = "sigmoid"
+    highway_variant: str = "sdu"
+    sdu_layers: int | None = None
+
+    def check_values(self):
+        super().check_values()
+        check_choice("sdu_gate", self.sdu_gate, ("sigmoid", "tanh"))
+        check_choice("highway_variant", self.highway_variant, ("sdu", "highway_gate", "gated_mhdpa"))
+        if self.highway_variant != "sdu" and self.sdu_gate != "sigmoid":
+            raise ValueError(
+                f"`sdu_gate={self.sdu_gate!r}` applies to highway_variant='sdu' only: {self.highway_variant!r} uses "
+                "the sigmoid transform gate T of 004 Eq. 26 (its carry gate is 1 - T). Set sdu_gate='sigmoid'."
+            )
+        deepest = max(self.encoder_layers, self.decoder_layers)
+        if self.sdu_layers is not None:
+            check_int("sdu_layers", self.sdu_layers, 1)
+            if self.sdu_layers > deepest:
+                raise ValueError(
+                    f"`sdu_layers` gates layers 1..k and must be at most the deeper stack's {deepest} layers, got "
+                    f"{self.sdu_layers}; use sdu_layers=None to gate every layer."
+                )
+
+    def is_gated(self, layer_idx: int) -> bool:
+        """Whether layer `layer_idx` (0-based, either stack) has the gated branch."""
+        return self.sdu_layers is None or layer_idx < self.sdu_layers
 
 
 class SelfDependencyConnection(PostNormResidual):
@@ -86,15 +140,13 @@ class HighwayDecoderLayer(ResidualDecoderLayer):
     connection = HighwayEncoderLayer.connection
 
 
-register_layers("highway", HighwayEncoderLayer, HighwayDecoderLayer)
-
-
-class HighwayTransformerModel(DwLstmModel):
+class HighwayTransformerModel(TranslationTransformerModel):
     config_class = HighwayTransformerConfig
+    encoder_layer_class, decoder_layer_class = HighwayEncoderLayer, HighwayDecoderLayer
     _no_split_modules = ["HighwayEncoderLayer", "HighwayDecoderLayer"]
 
 
-class HighwayTransformerForConditionalGeneration(DwLstmForConditionalGeneration):
+class HighwayTransformerForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = HighwayTransformerConfig
     base_model_class = HighwayTransformerModel
     _no_split_modules = HighwayTransformerModel._no_split_modules
@@ -118,4 +170,4 @@ MEMBER = FamilyMember(
     presets={"highway-sdu": {"highway_variant": "sdu", "sdu_gate": "sigmoid"}},
 )
 
-__all__ = ["HighwayTransformerModel", "HighwayTransformerForConditionalGeneration"]
+__all__ = ["HighwayTransformerConfig", "HighwayTransformerModel", "HighwayTransformerForConditionalGeneration"]

@@ -1,7 +1,7 @@
 """The residual Transformer baseline (Vaswani et al.), post-norm and pre-norm (Wang et al. 003 §2).
 
-Same skeleton as the depth-wise LSTM model (embeddings, attention, stacks, loss, generation come
-from `modeling_dwlstm`); only the layers differ. Each sub-layer F (attention or FFN) is wrapped by
+The skeleton (embeddings, attention, stacks, loss, generation) is `modeling_translation`'s; this
+file is the config, the layers and the record. Each sub-layer F (attention or FFN) is wrapped by
 a residual connection chosen by `norm_position`:
 
     post-norm   x = LN(x + dropout(F(x)))        003 Eq. 3
@@ -12,16 +12,38 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .configuration_dwlstm import FamilyMember, ResidualTransformerConfig, TranslationTransformerConfig
-from .modeling_dwlstm import (
+from .configuration_translation import FamilyMember, TranslationTransformerConfig, check_choice
+from .modeling_translation import (
     ACTIVATIONS,
-    DwLstmForConditionalGeneration,
-    DwLstmModel,
-    LayerState,
+    LayerOutput,
     MultiHeadAttention,
     SharedModules,
-    register_layers,
+    TranslationLayer,
+    TranslationTransformerForConditionalGeneration,
+    TranslationTransformerModel,
 )
+
+
+class ResidualTransformerConfig(TranslationTransformerConfig):
+    r"""
+    The residual Transformer baseline (Vaswani et al.; Wang et al. 003 §2, Eqs. 3-4).
+
+    Args:
+        norm_position (`str`, defaults to "post"):
+            "post"  x = LN(x + F(x)) after every sub-layer (003 Eq. 3);
+            "pre"   x = x + F(LN(x)) (003 Eq. 4), with the stack's final LayerNorm on its output.
+            Both end each stack with a LayerNorm, as the skeleton does for every member (SPEC §1); for
+            post-norm that final LayerNorm follows the last sub-layer's own, which 003 Eq. 3 does not have
+            (it adds 2 x 2d parameters and an affine map).
+    """
+
+    model_type = "dwlstm-residual"
+
+    norm_position: str = "post"
+
+    def check_values(self):
+        super().check_values()
+        check_choice("norm_position", self.norm_position, ("post", "pre"))
 
 
 class FeedForward(nn.Module):
@@ -64,14 +86,14 @@ class PreNormResidual(PostNormResidual):
         return x + F.dropout(sublayer_output, self.dropout, self.training)
 
 
-class ResidualEncoderLayer(nn.Module):
+class ResidualEncoderLayer(TranslationLayer):
     """x = R_attn(x, SelfAttn);  x = R_ffn(x, FFN), R the residual connection of `residual_class`."""
 
     residual_class = PostNormResidual
 
     def __init__(self, config: TranslationTransformerConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
-        self.self_attn = MultiHeadAttention(config.d_model, config.encoder_attention_heads, config.attention_dropout, layer_idx)
+        self.self_attn = MultiHeadAttention(config, config.encoder_attention_heads, layer_idx)
         self.self_attn_residual = self.connection(config, layer_idx)
         self.ffn = FeedForward(config)
         self.ffn_residual = self.connection(config, layer_idx)
@@ -80,49 +102,47 @@ class ResidualEncoderLayer(nn.Module):
         """The connection around each sub-layer of this layer (the highway model varies it with depth)."""
         return self.residual_class(config)
 
-    @staticmethod
-    def initial_state(embeddings: torch.Tensor) -> LayerState:
-        return LayerState(output=embeddings)
-
-    def forward(self, state: LayerState, attention_mask=None, output_attentions=False):
-        x = state.output  # (B, S, d)
-        attended, weights = self.self_attn(self.self_attn_residual.sublayer_input(x), attention_mask, output_attentions=output_attentions)
+    def forward(self, output, cell=None, *, attention_mask=None, output_attentions=False):
+        x = output  # (B, S, d)
+        attended, weights = self.self_attn(self.self_attn_residual.sublayer_input(x), attention_mask=attention_mask,
+                                           output_attentions=output_attentions)
         x = self.self_attn_residual.combine(x, attended)
         x = self.ffn_residual.combine(x, self.ffn(self.ffn_residual.sublayer_input(x)))
-        return LayerState(output=x), (weights,)
+        return LayerOutput(x, cell=None, self_attention=weights)
 
 
-class ResidualDecoderLayer(nn.Module):
+class ResidualDecoderLayer(TranslationLayer):
     """x = R(x, MaskedSelfAttn);  x = R(x, CrossAttn(., enc));  x = R(x, FFN)."""
 
     residual_class = PostNormResidual
 
     def __init__(self, config: TranslationTransformerConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
-        d, heads = config.d_model, config.decoder_attention_heads
-        self.self_attn = MultiHeadAttention(d, heads, config.attention_dropout, layer_idx)
+        heads = config.decoder_attention_heads
+        self.self_attn = MultiHeadAttention(config, heads, layer_idx)
         self.self_attn_residual = self.connection(config, layer_idx)
-        self.cross_attn = MultiHeadAttention(d, heads, config.attention_dropout, layer_idx, is_cross_attention=True)
+        self.cross_attn = MultiHeadAttention(config, heads, layer_idx, is_cross_attention=True)
         self.cross_attn_residual = self.connection(config, layer_idx)
         self.ffn = FeedForward(config)
         self.ffn_residual = self.connection(config, layer_idx)
 
     connection = ResidualEncoderLayer.connection
-    initial_state = staticmethod(ResidualEncoderLayer.initial_state)
 
-    def forward(self, state, encoder_hidden_states, encoder_mask=None, self_mask=None, past_key_values=None, output_attentions=False):
-        x = state.output  # (B, T, d)
+    def forward(self, output, cell=None, encoder_hidden_states=None, *, attention_mask=None,
+                encoder_attention_mask=None, past_key_values=None, output_attentions=False):
+        x = output  # (B, T, d)
         s, self_weights = self.self_attn(
-            self.self_attn_residual.sublayer_input(x), self_mask,
+            self.self_attn_residual.sublayer_input(x), attention_mask=attention_mask,
             past_key_values=past_key_values, output_attentions=output_attentions,
         )
         x = self.self_attn_residual.combine(x, s)
         c, cross_weights = self.cross_attn(
-            self.cross_attn_residual.sublayer_input(x), encoder_mask, encoder_hidden_states, past_key_values, output_attentions
+            self.cross_attn_residual.sublayer_input(x), attention_mask=encoder_attention_mask,
+            key_value_states=encoder_hidden_states, past_key_values=past_key_values, output_attentions=output_attentions,
         )
         x = self.cross_attn_residual.combine(x, c)
         x = self.ffn_residual.combine(x, self.ffn(self.ffn_residual.sublayer_input(x)))
-        return LayerState(output=x), (self_weights, cross_weights)
+        return LayerOutput(x, None, self_weights, cross_weights)
 
 
 class PreNormEncoderLayer(ResidualEncoderLayer):
@@ -133,16 +153,18 @@ class PreNormDecoderLayer(ResidualDecoderLayer):
     residual_class = PreNormResidual
 
 
-register_layers("post_norm", ResidualEncoderLayer, ResidualDecoderLayer)
-register_layers("pre_norm", PreNormEncoderLayer, PreNormDecoderLayer)
-
-
-class ResidualTransformerModel(DwLstmModel):
+class ResidualTransformerModel(TranslationTransformerModel):
     config_class = ResidualTransformerConfig
     _no_split_modules = ["ResidualEncoderLayer", "ResidualDecoderLayer", "PreNormEncoderLayer", "PreNormDecoderLayer"]
 
+    @classmethod
+    def layer_classes(cls, config: ResidualTransformerConfig) -> tuple[type, type]:
+        if config.norm_position == "pre":
+            return PreNormEncoderLayer, PreNormDecoderLayer
+        return ResidualEncoderLayer, ResidualDecoderLayer
 
-class ResidualTransformerForConditionalGeneration(DwLstmForConditionalGeneration):
+
+class ResidualTransformerForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = ResidualTransformerConfig
     base_model_class = ResidualTransformerModel
     _no_split_modules = ResidualTransformerModel._no_split_modules
@@ -175,4 +197,4 @@ MEMBER = FamilyMember(
     presets={"residual-postnorm": {"norm_position": "post"}, "residual-prenorm": {"norm_position": "pre"}},
 )
 
-__all__ = ["ResidualTransformerModel", "ResidualTransformerForConditionalGeneration"]
+__all__ = ["ResidualTransformerConfig", "ResidualTransformerModel", "ResidualTransformerForConditionalGeneration"]

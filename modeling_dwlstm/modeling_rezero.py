@@ -16,15 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 
-from .configuration_dwlstm import FamilyMember, TranslationTransformerConfig
-from .modeling_dwlstm import register_layers
-from .modeling_residual import (
-    VASWANI_2017,
-    ResidualDecoderLayer,
-    ResidualEncoderLayer,
-    ResidualTransformerForConditionalGeneration,
-    ResidualTransformerModel,
-)
+from .configuration_translation import FamilyMember, TranslationTransformerConfig
+from .modeling_residual import VASWANI_2017, ResidualDecoderLayer, ResidualEncoderLayer
+from .modeling_translation import TranslationTransformerForConditionalGeneration, TranslationTransformerModel
 
 
 class ReZeroTransformerConfig(TranslationTransformerConfig):
@@ -34,14 +28,6 @@ class ReZeroTransformerConfig(TranslationTransformerConfig):
     """
 
     model_type = "dwlstm-rezero"
-
-    @property
-    def encoder_layer_type(self) -> str:
-        return "rezero"
-
-    @property
-    def decoder_layer_type(self) -> str:
-        return "rezero"
 
 
 class ReZeroResidual(nn.Module):
@@ -70,15 +56,13 @@ class ReZeroDecoderLayer(ResidualDecoderLayer):
     residual_class = ReZeroResidual
 
 
-register_layers("rezero", ReZeroEncoderLayer, ReZeroDecoderLayer)
-
-
-class ReZeroTransformerModel(ResidualTransformerModel):
+class ReZeroTransformerModel(TranslationTransformerModel):
     config_class = ReZeroTransformerConfig
+    encoder_layer_class, decoder_layer_class = ReZeroEncoderLayer, ReZeroDecoderLayer
     _no_split_modules = ["ReZeroEncoderLayer", "ReZeroDecoderLayer"]
 
 
-class ReZeroTransformerForConditionalGeneration(ResidualTransformerForConditionalGeneration):
+class ReZeroTransformerForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = ReZeroTransformerConfig
     base_model_class = ReZeroTransformerModel
     _no_split_modules = ReZeroTransformerModel._no_split_modules

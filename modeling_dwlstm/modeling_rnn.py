@@ -11,28 +11,51 @@ residual connection and no FFN sub-layer; what carries information up the stack 
 """
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .configuration_dwlstm import DepthWiseRnnConfig, FamilyMember
+from .configuration_translation import FamilyMember
 from .modeling_dwlstm import (
     LSTM_HIDDEN_CLASSES,
     XU_2020,
     XU_REWIRING,
-    DwLstmForConditionalGeneration,
-    DwLstmModel,
-    LayerState,
-    MultiHeadAttention,
-    SharedModules,
-    attach_shared,
-    register_layers,
+    DepthWiseConfig,
+    DepthwiseLstmDecoderLayer,
+    DepthwiseLstmEncoderLayer,
 )
-from .modeling_residual import ResidualEncoderLayer
+from .modeling_translation import (
+    LayerState,
+    SharedModules,
+    TranslationTransformerForConditionalGeneration,
+    TranslationTransformerModel,
+    attach_shared,
+)
+
+
+class DepthWiseRnnConfig(DepthWiseConfig):
+    r"""
+    The depth-wise RNN ablation of Xu et al. (001 Table 2; SPEC §2.4): the depth-wise LSTM without
+    gates or cell. Layer l turns its attention result x and the previous layer's output into
+
+        o_l = hidden([x ; o_{l-1}])          o_0 = the embedded input
+
+    with the depth-wise LSTM's hidden module (`DwLstmConfig`'s field names and variants) and the same
+    wiring: encoder x = SelfAttn(o_{l-1}); decoder s = MaskedSelfAttn(o_{l-1}),
+    x' = CrossAttn(s + o_{l-1}, enc), x = merge(s, x') (SPEC §2.3). Defaults reproduce 001 Table 2's
+    68.67M parameters (6+6 base, glu hidden with d_ff 2048, one hidden module per layer).
+
+    Args:
+        lstm_hidden (`str`, defaults to "glu"): "linear" (001 Eq. 5), "ffn" (000 Eq. 8) or "glu" (001 Eq. 6).
+        lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh").
+        share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
+        decoder_merge (`str`, defaults to "add"): s + x' ("add") or [s; x'] ("concat", a 3d input).
+    """
+
+    model_type = "dwlstm-rnn"
 
 
 class DepthwiseRnn(nn.Module):
     """One step over depth: (x, o_{l-1}) -> o_l = hidden([x ; o_{l-1}]). The hidden module is one per
-    layer, or one per stack with `share_hidden`; `scope` = (stack, layer index) names this step's place."""
+    layer, or one per stack with `share_hidden`; `scope` = (stack, layer index, ...) names this step's place."""
 
     def __init__(self, config: DepthWiseRnnConfig, input_dim: int, shared_modules: SharedModules, scope: tuple):
         super().__init__()
@@ -42,65 +65,37 @@ class DepthwiseRnn(nn.Module):
         )
         attach_shared(self, "hidden", hidden, owns_hidden)
 
+    @staticmethod
+    def initial_state(embeddings: torch.Tensor) -> LayerState:
+        return LayerState(output=embeddings)  # o_0 = embeddings, no cell
+
     def forward(self, x: torch.Tensor, state: LayerState) -> LayerState:
         return LayerState(output=self.hidden(torch.cat([x, state.output], dim=-1)))  # (B, T, d)
 
 
-class DepthwiseRnnEncoderLayer(nn.Module):
-    """a = SelfAttn(o_{l-1});  o_l = hidden([a ; o_{l-1}])."""
+class DepthwiseRnnEncoderLayer(DepthwiseLstmEncoderLayer):
+    """a = SelfAttn(o_{l-1});  o_l = hidden([a ; o_{l-1}]): the depth-wise LSTM encoder layer with this step."""
 
-    def __init__(self, config: DepthWiseRnnConfig, layer_idx: int, shared_modules: SharedModules):
-        super().__init__()
-        d = config.d_model
-        self.self_attn = MultiHeadAttention(d, config.encoder_attention_heads, config.attention_dropout, layer_idx)
-        self.depthwise_rnn = DepthwiseRnn(config, 2 * d, shared_modules, ("encoder", layer_idx))
-        self.dropout = config.dropout
-
-    initial_state = staticmethod(ResidualEncoderLayer.initial_state)  # o_0 = embeddings, no cell
-
-    def forward(self, state: LayerState, attention_mask=None, output_attentions=False):
-        attended, weights = self.self_attn(state.output, attention_mask, output_attentions=output_attentions)
-        attended = F.dropout(attended, self.dropout, self.training)  # (B, S, d)
-        return self.depthwise_rnn(attended, state), (weights,)
+    step_class, step_name = DepthwiseRnn, "depthwise_rnn"
 
 
-class DepthwiseRnnDecoderLayer(nn.Module):
+class DepthwiseRnnDecoderLayer(DepthwiseLstmDecoderLayer):
     """s = MaskedSelfAttn(o_{l-1});  x = CrossAttn(s + o_{l-1}, enc);  o_l = hidden([merge(s, x) ; o_{l-1}])
-    with merge = s + x ("add") or [s; x] ("concat"), as in the depth-wise LSTM decoder (SPEC §2.3)."""
+    with merge = s + x ("add") or [s; x] ("concat"): the depth-wise LSTM decoder layer with this step."""
 
-    def __init__(self, config: DepthWiseRnnConfig, layer_idx: int, shared_modules: SharedModules):
-        super().__init__()
-        d, heads = config.d_model, config.decoder_attention_heads
-        self.self_attn = MultiHeadAttention(d, heads, config.attention_dropout, layer_idx)
-        self.cross_attn = MultiHeadAttention(d, heads, config.attention_dropout, layer_idx, is_cross_attention=True)
-        self.concat = config.decoder_merge == "concat"
-        self.depthwise_rnn = DepthwiseRnn(config, (3 if self.concat else 2) * d, shared_modules, ("decoder", layer_idx))
-        self.dropout = config.dropout
-
-    initial_state = staticmethod(ResidualEncoderLayer.initial_state)
-
-    def forward(self, state, encoder_hidden_states, encoder_mask=None, self_mask=None, past_key_values=None, output_attentions=False):
-        s, self_weights = self.self_attn(state.output, self_mask, past_key_values=past_key_values, output_attentions=output_attentions)
-        s = F.dropout(s, self.dropout, self.training)  # (B, T, d)
-        x, cross_weights = self.cross_attn(s + state.output, encoder_mask, encoder_hidden_states, past_key_values, output_attentions)
-        x = F.dropout(x, self.dropout, self.training)  # (B, T, d)
-        merged = torch.cat([s, x], dim=-1) if self.concat else s + x
-        return self.depthwise_rnn(merged, state), (self_weights, cross_weights)
+    step_class, step_name = DepthwiseRnn, "depthwise_rnn"
 
 
-register_layers("depthwise_rnn", DepthwiseRnnEncoderLayer, DepthwiseRnnDecoderLayer)
-
-
-class DepthWiseRnnModel(DwLstmModel):
+class DepthWiseRnnModel(TranslationTransformerModel):
     config_class = DepthWiseRnnConfig
+    encoder_layer_class, decoder_layer_class = DepthwiseRnnEncoderLayer, DepthwiseRnnDecoderLayer
     _no_split_modules = ["DepthwiseRnnEncoderLayer", "DepthwiseRnnDecoderLayer"]
 
 
-class DepthWiseRnnForConditionalGeneration(DwLstmForConditionalGeneration):
+class DepthWiseRnnForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = DepthWiseRnnConfig
     base_model_class = DepthWiseRnnModel
     _no_split_modules = DepthWiseRnnModel._no_split_modules
-
 
 
 MEMBER = FamilyMember(
@@ -113,4 +108,4 @@ MEMBER = FamilyMember(
     presets={"depthwise-rnn": {}},
 )
 
-__all__ = ["DepthWiseRnnModel", "DepthWiseRnnForConditionalGeneration"]
+__all__ = ["DepthWiseRnnConfig", "DepthWiseRnnModel", "DepthWiseRnnForConditionalGeneration"]

@@ -13,9 +13,37 @@ cross-attention keys/values are not yet cached, i.e. once per generation.
 import torch
 from torch import nn
 
-from .configuration_dwlstm import FamilyMember, TransparentAttentionConfig
-from .modeling_dwlstm import CROSS_ATTENTION_SOURCE_CLASSES, LayerCombination
-from .modeling_residual import VASWANI_2017, ResidualTransformerForConditionalGeneration, ResidualTransformerModel
+from .configuration_translation import FamilyMember
+from .modeling_residual import (
+    VASWANI_2017,
+    ResidualTransformerConfig,
+    ResidualTransformerForConditionalGeneration,
+    ResidualTransformerModel,
+)
+from .modeling_translation import LayerCombination
+
+
+class TransparentAttentionConfig(ResidualTransformerConfig):
+    r"""
+    Transparent attention (Bapna et al. 2018, "Training Deeper Neural Machine Translation Models with
+    Transparent Attention"; the TA baseline of 001 Table 6) on the residual layers.
+
+    Decoder layer i cross-attends over its own softmax-weighted combination of all encoder layer
+    outputs instead of the top one only:
+
+        memory_i = sum_j softmax(s_i)_j e_j,   j = 0 .. L_enc
+
+    with e_0 the embeddings, e_1 .. e_{L-1} the layer outputs and e_L the encoder's final output
+    (after its LayerNorm), and s a learned (decoder_layers, encoder_layers + 1) matrix initialised
+    to zero (every layer weighted equally at the start).
+
+    Args:
+        norm_position (`str`, defaults to "post"): the residual layers' normalisation. Post-norm by
+            default: transparent attention was proposed to train deep post-norm encoders, and 003
+            Table 2 compares it among the post-norm systems.
+    """
+
+    model_type = "dwlstm-ta"
 
 
 class TransparentAttention(LayerCombination):
@@ -46,11 +74,9 @@ class TransparentAttention(LayerCombination):
         return self.weights[layer_idx].softmax(-1) @ encoder_states  # (L+1,) @ (B, S, L+1, d) -> (B, S, d)
 
 
-CROSS_ATTENTION_SOURCE_CLASSES["transparent"] = TransparentAttention
-
-
 class TransparentAttentionModel(ResidualTransformerModel):
     config_class = TransparentAttentionConfig
+    cross_attention_source_class = TransparentAttention
 
 
 class TransparentAttentionForConditionalGeneration(ResidualTransformerForConditionalGeneration):
@@ -78,4 +104,9 @@ MEMBER = FamilyMember(
     hub_depths={"transparent-attention": [("base", 6, 6), ("base", 16, 6)]},
 )
 
-__all__ = ["TransparentAttention", "TransparentAttentionModel", "TransparentAttentionForConditionalGeneration"]
+__all__ = [
+    "TransparentAttentionConfig",
+    "TransparentAttention",
+    "TransparentAttentionModel",
+    "TransparentAttentionForConditionalGeneration",
+]

@@ -12,7 +12,7 @@ from pathlib import Path
 from transformers import PreTrainedConfig
 
 from . import MEMBERS as FAMILY_MEMBERS
-from .configuration_dwlstm import TranslationTransformerConfig
+from .configuration_translation import TranslationTransformerConfig
 
 SIZES = {
     "base": dict(d_model=512, ffn_dim=2048, encoder_attention_heads=8, decoder_attention_heads=8, dropout=0.1),

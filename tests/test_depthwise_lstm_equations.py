@@ -6,7 +6,8 @@ from conftest import random_ids, tiny_model
 from torch.nn.functional import gelu, sigmoid
 
 from modeling_dwlstm import DwLstmConfig, LayerState
-from modeling_dwlstm.modeling_dwlstm import DepthwiseLstm, SharedModules
+from modeling_dwlstm.modeling_dwlstm import DepthwiseLstm
+from modeling_dwlstm.modeling_translation import SharedModules
 
 
 def layer_norm(z, weight, bias, eps=1e-5):

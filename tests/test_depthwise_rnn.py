@@ -7,8 +7,9 @@ from test_depthwise_lstm_equations import randomize_, spec_hidden
 from torch import nn
 
 from modeling_dwlstm import DepthWiseRnnConfig, LayerState
-from modeling_dwlstm.modeling_dwlstm import DepthwiseLstm, SharedModules
+from modeling_dwlstm.modeling_dwlstm import DepthwiseLstm
 from modeling_dwlstm.modeling_rnn import DepthwiseRnn
+from modeling_dwlstm.modeling_translation import SharedModules
 
 
 @pytest.mark.parametrize("kind", ["linear", "ffn", "glu"])

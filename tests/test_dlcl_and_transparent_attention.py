@@ -70,7 +70,7 @@ def test_dlcl_layer_inputs_follow_equations_8_and_9(norm):
             layer_norm.weight.normal_()
     layer_inputs = []
     for layer in encoder.layers:
-        layer.register_forward_pre_hook(lambda module, args: layer_inputs.append(args[0].output))
+        layer.register_forward_pre_hook(lambda module, args: layer_inputs.append(args[0]))
     with torch.no_grad():
         out = model(**padded_inputs(), output_hidden_states=True)
     outputs = out.encoder_hidden_states[:-1]  # y_0 .. y_{L-1}
@@ -150,7 +150,7 @@ def test_transparent_attention_memory_is_softmax_weighted_encoder_layers():
         source.weights.normal_()
     memories = []
     for layer in model.get_decoder().layers:
-        layer.register_forward_pre_hook(lambda module, args: memories.append(args[1]))
+        layer.register_forward_pre_hook(lambda module, args: memories.append(args[2]))
     with torch.no_grad():
         out = model(**padded_inputs(), output_hidden_states=True)
     encoder_layers = torch.stack(out.encoder_hidden_states)  # (L+1, B, S, d)

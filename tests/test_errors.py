@@ -81,7 +81,7 @@ def test_checkpoint_of_another_member_is_refused(tmp_path):
         (dict(input_ids=torch.tensor([[3, 4, 99]])), "vocab_size=40"),
         (dict(input_ids=torch.tensor([[3, -4, 5]])), "vocab_size=40"),
         (dict(input_ids=torch.tensor([3, 4, 5])), r"shape \(batch, length\)"),
-        (dict(input_ids=random_ids(2, 5), attention_mask=torch.ones(2, 4)), r"attention_mask must have shape \(batch, 5\)"),
+        (dict(input_ids=random_ids(2, 5), attention_mask=torch.ones(2, 4)), r"attention_mask must have shape \(batch, length\) = \(2, 5\)"),
         (dict(input_ids=random_ids(2, 5), inputs_embeds=torch.zeros(2, 5, 16)), "exactly one of"),
         (dict(input_ids=random_ids(2, 5), labels=random_ids(2, 4), decoder_input_ids=random_ids(2, 3)), "labels have shape"),
         (dict(input_ids=random_ids(1, 65)), "max_position_embeddings=64"),

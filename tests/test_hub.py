@@ -133,7 +133,7 @@ def test_push_then_pull_without_the_package_gives_the_same_model_and_translation
         first = push_translation_model(model, tokenizer, "user/tiny-dwlstm", card, endpoint=hub.endpoint, token="t")
         files = set(hub.repos["user/tiny-dwlstm"])
         assert {"README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                "tokenizer_config.json", "modeling_dwlstm.py", "configuration_dwlstm.py",
+                "tokenizer_config.json", "modeling_dwlstm.py", "modeling_translation.py", "configuration_translation.py",
                 "pipeline_translation.py"} <= files
         assert hub.repos["user/tiny-dwlstm"]["README.md"].decode() == card
         config = json.loads(hub.repos["user/tiny-dwlstm"]["config.json"])

@@ -161,7 +161,10 @@ def test_loss_is_label_smoothed_cross_entropy_over_non_padding():
     "checkpointed_case",
     ["dwlstm-two-lstm", "highway-sdu-tanh-up-to-layer-1", "rnn-glu-shared-hidden-concat", "dlcl-pre-learned", "ta-post"],
 )
-def test_gradient_checkpointing_gives_the_same_gradients(checkpointed_case):
+@pytest.mark.parametrize("options", [{}, {"activation_checkpointing_kwargs": {"use_reentrant": True}}, {"every_n_layers": 2}])
+def test_gradient_checkpointing_gives_the_same_gradients(checkpointed_case, options):
+    """transformers' own mechanism (GradientCheckpointingLayer): its options reach our layers."""
+
     def gradients(model):
         model.train()
         model(input_ids=random_ids(2, 7), labels=random_ids(2, 5, seed=2)).loss.backward()
@@ -170,10 +173,29 @@ def test_gradient_checkpointing_gives_the_same_gradients(checkpointed_case):
     model = tiny_model(checkpointed_case)
     expected = gradients(model)
     model.zero_grad()
-    model.activation_checkpointing_enable()
-    assert model.model.encoder.gradient_checkpointing and model.model.decoder.gradient_checkpointing
+    model.activation_checkpointing_enable(**options)
+    layers = [*model.model.encoder.layers, *model.model.decoder.layers]
+    step = options.get("every_n_layers", 1)
+    assert [layer.gradient_checkpointing for layer in layers] == [i % step == 0 for i in range(len(layers))]
     for name, grad in gradients(model).items():
         torch.testing.assert_close(grad, expected[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_custom_checkpoint_function_is_used():
+    model = tiny_model("dwlstm")
+    calls = []
+
+    def checkpoint(function, *args, **kwargs):
+        calls.append(function)
+        return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, **kwargs)
+
+    model.activation_checkpointing_enable()
+    model.train()
+    for module in model.modules():
+        if hasattr(module, "_gradient_checkpointing_func"):
+            module._gradient_checkpointing_func = checkpoint
+    model(input_ids=random_ids(2, 7), labels=random_ids(2, 5, seed=2)).loss.backward()
+    assert len(calls) == model.config.encoder_layers + model.config.decoder_layers
 
 
 def test_resized_embeddings_are_used_by_both_stacks():

@@ -3,7 +3,7 @@
 import torch
 from conftest import random_ids, tiny_config, tiny_model
 
-from modeling_dwlstm.modeling_dwlstm import LayerState
+from modeling_dwlstm import LayerState
 from modeling_dwlstm.modeling_rezero import ReZeroDecoderLayer, ReZeroEncoderLayer, ReZeroResidual
 
 
@@ -21,13 +21,13 @@ def test_with_a_zero_every_layer_is_the_identity():
     torch.manual_seed(0)
     encoder_layer, decoder_layer = ReZeroEncoderLayer(config, 0, None).train(), ReZeroDecoderLayer(config, 0, None).train()
     x, memory = torch.randn(2, 5, config.d_model), torch.randn(2, 7, config.d_model)
-    encoded, _ = encoder_layer(LayerState(output=x))
-    decoded, _ = decoder_layer(LayerState(output=x), memory)
+    encoded = encoder_layer(*LayerState(output=x))
+    decoded = decoder_layer(*LayerState(output=x), memory)
     torch.testing.assert_close(encoded.output, x, rtol=0, atol=0)
     torch.testing.assert_close(decoded.output, x, rtol=0, atol=0)
     with torch.no_grad():
         encoder_layer.ffn_residual.residual_weight.fill_(0.5)
-    assert not torch.allclose(encoder_layer(LayerState(output=x))[0].output, x)
+    assert not torch.allclose(encoder_layer(*LayerState(output=x)).output, x)
 
 
 def test_at_initialisation_the_encoder_output_is_the_normalised_embedding():

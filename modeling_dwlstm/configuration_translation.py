@@ -1,0 +1,161 @@
+"""The configuration every member of the modeling_dwlstm family shares, and the record of a member.
+
+Every member is the same encoder-decoder NMT Transformer skeleton (``TranslationTransformerConfig``:
+tied joint-BPE embeddings scaled by sqrt(d_model), sinusoidal or learned positions, multi-head
+attention, a final LayerNorm on each stack, label-smoothed cross-entropy; the modeling side is
+``modeling_translation``). Members differ only in how layers are connected; each adds its own fields
+in a small config subclass that lives in its own ``modeling_*.py`` file, beside its layers and its
+``FamilyMember`` record.
+
+Field names follow Marian's config. Defaults are the Transformer-base setting of the papers
+(d_model 512, ffn_dim 2048, 8 heads, 6+6 layers, dropout 0.1) with the joint vocabulary of 001's
+WMT14 En-De setup (35,603 tokens). Invalid values raise ``ValueError`` naming the field.
+"""
+
+import difflib
+from dataclasses import dataclass, field, fields
+
+from transformers import PreTrainedConfig
+
+
+def check_choice(name: str, value, allowed: tuple):
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+
+
+def check_int(name: str, value, minimum: int):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+
+
+def check_probability(name: str, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
+
+
+@dataclass(frozen=True)
+class FamilyMember:
+    """Everything the package says about one member, declared once, as `MEMBER` in its modeling file.
+    `FAMILY` (Auto registration), `paper_configs` (hub_configs/) and the model card read it."""
+
+    config_class: type
+    model_class: type
+    generation_class: type
+    name: str  # the card's "A {name} translation model"
+    citations: tuple[str, ...]  # BibTeX entries
+    card_fields: tuple[str, ...] = ()  # the member's own config fields, shown after the shared ones
+    presets: dict = field(default_factory=dict)  # hub_configs/ name -> config fields (paper_configs)
+    hub_depths: dict = field(default_factory=dict)  # preset -> [(size, encoder, decoder layers)]; default every size x depth
+
+
+class TranslationTransformerConfig(PreTrainedConfig):
+    r"""
+    The part every family member shares: an encoder-decoder Transformer for translation.
+
+    Args:
+        vocab_size (`int`, defaults to 35603): size of the joint (source + target) vocabulary.
+        d_model (`int`, defaults to 512): width of every layer.
+        encoder_layers / decoder_layers (`int`, defaults to 6): depth of each stack.
+        encoder_attention_heads / decoder_attention_heads (`int`, defaults to 8).
+        ffn_dim (`int`, defaults to 2048): d_ff, the inner width of the residual FFN and of the
+            depth-wise LSTM's hidden computation.
+        activation_function (`str`, defaults to "relu"): activation of the residual FFN.
+        dropout (`float`, defaults to 0.1): on embeddings and on every sub-layer output.
+        attention_dropout (`float`, defaults to 0.0): on attention probabilities.
+        activation_dropout (`float`, defaults to 0.0): after the activation inside FFN / LSTM hidden.
+        max_position_embeddings (`int`, defaults to 1024): longest sequence the positions cover.
+        position_embedding_type (`str`, defaults to "sinusoidal"): "sinusoidal" (Vaswani et al.) or "learned".
+        scale_embedding (`bool`, defaults to True): multiply token embeddings by sqrt(d_model).
+        label_smoothing (`float`, defaults to 0.1): of the training cross-entropy (papers: 0.1).
+        language_pairs (`list[str]`, defaults to []): translation directions the model was trained for,
+            e.g. ["en-de"]; each becomes a `translation_en_to_de` task of the saved model's pipeline.
+        pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id: special token ids; the
+            decoder starts from `decoder_start_token_id` (defaults to the pad id, as in Marian).
+        tie_word_embeddings (`bool`, defaults to True): share the output projection with the embeddings.
+    """
+
+    model_type = "dwlstm-base"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "encoder_attention_heads",
+        "num_hidden_layers": "encoder_layers",
+    }
+
+    vocab_size: int = 35603
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    ffn_dim: int = 2048
+    activation_function: str = "relu"
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    max_position_embeddings: int = 1024
+    position_embedding_type: str = "sinusoidal"
+    scale_embedding: bool = True
+    label_smoothing: float = 0.1
+    language_pairs: list[str] | None = None
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | None = 2
+    decoder_start_token_id: int | None = None
+    tie_word_embeddings: bool = True
+    use_cache: bool = True
+    is_encoder_decoder: bool = True
+
+    def __post_init__(self, **kwargs):
+        self._reject_misspelled_fields(kwargs)
+        if self.decoder_start_token_id is None:
+            self.decoder_start_token_id = self.pad_token_id
+        if self.language_pairs is None:
+            self.language_pairs = []
+        super().__post_init__(**kwargs)
+        self.check_values()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """Refuse a checkpoint of another family member: loading it would silently re-initialise weights."""
+        stored_type = config_dict.get("model_type")
+        if stored_type and stored_type != cls.model_type:
+            raise ValueError(
+                f"This checkpoint is a {stored_type!r} model, but {cls.__name__} builds {cls.model_type!r} models. "
+                f"Load it with AutoModelForSeq2SeqLM / AutoConfig, or the classes registered for {stored_type!r}."
+            )
+        return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def _reject_misspelled_fields(cls, kwargs: dict):
+        """`share_gate="none"` would otherwise be stored as an unused attribute and silently ignored."""
+        known = [f.name for f in fields(cls)]
+        for key in kwargs:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+            if close and key not in known:
+                raise ValueError(f"Unknown config field `{key}`; did you mean `{close[0]}`?")
+
+    def check_values(self):
+        """Raise a ValueError naming the first field whose value the model cannot be built with."""
+        for name in ("vocab_size", "d_model", "encoder_attention_heads", "decoder_attention_heads", "ffn_dim",
+                     "encoder_layers", "decoder_layers", "max_position_embeddings"):
+            check_int(name, getattr(self, name), 1)
+        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+            check_probability(name, getattr(self, name))
+        for name in ("encoder_attention_heads", "decoder_attention_heads"):
+            if self.d_model % getattr(self, name):
+                raise ValueError(f"`d_model` ({self.d_model}) must be divisible by `{name}` ({getattr(self, name)}).")
+        check_choice("position_embedding_type", self.position_embedding_type, ("sinusoidal", "learned"))
+        check_choice("activation_function", self.activation_function, ("relu", "gelu", "tanh", "silu"))
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.vocab_size):
+                raise ValueError(f"`{name}` must be None or an id in [0, vocab_size={self.vocab_size}), got {value!r}.")
+        if self.pad_token_id is None:
+            raise ValueError("`pad_token_id` must be set: padding and the decoder start depend on it.")
+        for pair in self.language_pairs:
+            if not isinstance(pair, str) or pair.count("-") != 1 or "" in pair.split("-"):
+                raise ValueError(f"`language_pairs` entries look like 'en-de', got {pair!r}.")
+
+
+__all__ = ["FamilyMember", "TranslationTransformerConfig", "check_choice", "check_int", "check_probability"]

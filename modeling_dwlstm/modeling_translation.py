@@ -1,0 +1,701 @@
+"""The encoder-decoder translation Transformer every family member shares: the skeleton.
+
+It knows no member. Read top to bottom:
+ 1. building blocks: positions, embeddings, masks, multi-head attention (SDPA or eager, v5 KV cache);
+ 2. the layer interface: every layer maps a `LayerState` (output, and a cell for the depth-wise LSTM)
+    to a `LayerState`, so one layer can be swapped for another (000 §4 replaces a single layer by a
+    linear map);
+ 3. connections across a stack: a *depth connection* forms each layer's input from the earlier layer
+    outputs (`PreviousLayer`, DLCL), a *cross-attention source* gives each decoder layer the encoder
+    states it attends over (`TopEncoderLayer`, transparent attention);
+ 4. the encoder and decoder stacks, built from the classes the model names;
+ 5. `TranslationTransformerModel` and `TranslationTransformerForConditionalGeneration`, the Hugging
+    Face wrappers. A member subclasses them and names its parts directly, e.g.
+
+        class DwLstmModel(TranslationTransformerModel):
+            config_class = DwLstmConfig
+            encoder_layer_class = DepthwiseLstmEncoderLayer
+            decoder_layer_class = DepthwiseLstmDecoderLayer
+
+References: SPEC = ../shared/SPEC.md; 000-004 = the papers in ../shared/papers/ (see the README).
+"""
+
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+
+from .configuration_translation import TranslationTransformerConfig
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Building blocks
+# ---------------------------------------------------------------------------------------------
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher-forcing decoder input: labels shifted right behind the start token, -100 read as padding."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def attach_shared(parent: nn.Module, name: str, module: nn.Module, owned: bool):
+    """Give `parent` the attribute `name`. Shared modules (depth-wise LSTM gates, token embeddings)
+    are registered only by their owner, so a checkpoint holds them once; the other users keep a plain
+    reference, which still follows the owner through `.to()`, loading and `deepcopy`."""
+    if owned:
+        setattr(parent, name, module)
+    else:
+        object.__setattr__(parent, name, module)
+
+
+class SharedModules:
+    """Modules several layers use, built by the first layer that asks (which then owns them)."""
+
+    def __init__(self):
+        self.modules = {}
+
+    def get(self, key: tuple, build) -> tuple[nn.Module, bool]:
+        if key in self.modules:
+            return self.modules[key], False
+        self.modules[key] = build()
+        return self.modules[key], True
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sin/cos positions (Vaswani et al. §3.5): sin on the first half of the features, cos on the second."""
+
+    def __init__(self, num_positions: int, d_model: int):
+        super().__init__()
+        self.num_positions, self.d_model = num_positions, d_model
+        self.register_buffer("table", self.build_table(), persistent=False)
+
+    def build_table(self) -> torch.Tensor:
+        half = self.d_model // 2
+        inverse_frequency = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float) / max(half - 1, 1))
+        angles = torch.arange(self.num_positions, dtype=torch.float)[:, None] * inverse_frequency[None, :]
+        table = torch.cat([angles.sin(), angles.cos()], dim=-1)
+        return F.pad(table, (0, self.d_model - 2 * half))  # odd d_model: one zero feature
+
+    def init_parameters(self):
+        init.copy_(self.table, self.build_table())
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.table[positions]
+
+
+class LearnedPositions(nn.Embedding):
+    """Learned absolute positions (the option to sinusoidal ones)."""
+
+    @property
+    def num_positions(self) -> int:
+        return self.num_embeddings
+
+
+class TranslationEmbeddings(nn.Module):
+    """x = dropout(sqrt(d) * E[token] + P[position]); E is the model's one shared (tied) embedding."""
+
+    def __init__(self, config: TranslationTransformerConfig, token_embedding: nn.Embedding):
+        super().__init__()
+        attach_shared(self, "token_embedding", token_embedding, owned=False)
+        position_class = SinusoidalPositions if config.position_embedding_type == "sinusoidal" else LearnedPositions
+        self.positions = position_class(config.max_position_embeddings, config.d_model)
+        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.dropout = config.dropout
+
+    def forward(self, input_ids=None, inputs_embeds=None, position_offset: int = 0) -> torch.Tensor:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(
+                "Pass exactly one of `input_ids` and `inputs_embeds` (decoder: `decoder_input_ids` and `decoder_inputs_embeds`)."
+            )
+        if input_ids is not None:
+            check_token_ids(input_ids, self.token_embedding.num_embeddings)  # follows resize_token_embeddings
+            inputs_embeds = self.token_embedding(input_ids)
+        length = inputs_embeds.shape[1]
+        if position_offset + length > self.positions.num_positions:
+            raise ValueError(
+                f"Sequence of {position_offset + length} positions is longer than max_position_embeddings="
+                f"{self.positions.num_positions}; truncate the input or raise max_position_embeddings."
+            )
+        positions = torch.arange(position_offset, position_offset + length, device=inputs_embeds.device)
+        hidden = inputs_embeds * self.scale + self.positions(positions).to(inputs_embeds.dtype)  # (B, T, d)
+        return F.dropout(hidden, self.dropout, self.training)
+
+
+def check_token_ids(input_ids: torch.Tensor, vocab_size: int):
+    """Shape and range check. The range needs the values: read on the CPU (one reduction); on an
+    accelerator it is asserted on the device instead, so that a decode step does not wait for the host."""
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+        kind = input_ids.dtype if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise TypeError(
+            f"Token ids must be an integer torch.Tensor of shape (batch, length), got {kind}; "
+            "make them with the tokenizer: tokenizer(texts, return_tensors='pt')."
+        )
+    if input_ids.dim() != 2:
+        raise ValueError(f"Token ids must have shape (batch, length), got {tuple(input_ids.shape)}.")
+    if not input_ids.numel() or torch.compiler.is_compiling():
+        return
+    if input_ids.device.type != "cpu":
+        torch._assert_async(((input_ids >= 0) & (input_ids < vocab_size)).all(), "token ids outside [0, vocab_size)")
+        return
+    lowest, highest = torch.aminmax(input_ids)
+    if lowest < 0 or highest >= vocab_size:
+        raise ValueError(
+            f"Token ids must lie in [0, vocab_size={vocab_size}); got ids from {int(lowest)} to "
+            f"{int(highest)}. Was the input made with this model's tokenizer?"
+        )
+
+
+def padding_mask(attention_mask: torch.Tensor | None, shape: tuple[int, int]) -> torch.Tensor | None:
+    """(batch, key_length) of 1/0 -> boolean (batch, 1, 1, key_length), True = may attend; `shape` is the
+    (batch, length) of the token ids it belongs to. None when nothing is masked (SDPA's fastest kernels),
+    checked only on the CPU, where reading the mask costs no device synchronisation (and not while
+    torch.compile traces)."""
+    if attention_mask is None:
+        return None
+    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != tuple(shape):
+        raise ValueError(
+            f"attention_mask must have shape (batch, length) = {tuple(shape)} to match its token ids, got "
+            f"{tuple(attention_mask.shape)}; a mask is never broadcast over the batch."
+        )
+    if attention_mask.device.type == "cpu" and not torch.compiler.is_compiling() and bool(attention_mask.all()):
+        return None
+    return attention_mask.bool()[:, None, None, :]
+
+
+def causal_mask(batch: int, query_length: int, key_length: int, attention_mask: torch.Tensor | None, device) -> torch.Tensor | None:
+    """Query t (at absolute position past + t) sees keys 0..past + t, minus padded keys.
+    A single new query with no padding needs no mask at all (the fast path of cached decoding)."""
+    if query_length == 1 and attention_mask is None:
+        return None
+    past = key_length - query_length
+    query_positions = torch.arange(query_length, device=device)[:, None] + past
+    allowed = torch.arange(key_length, device=device)[None, :] <= query_positions  # (Tq, Tk)
+    mask = allowed[None, None]
+    if attention_mask is not None:
+        if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch, key_length):
+            raise ValueError(
+                f"decoder_attention_mask must have shape (batch, past + new decoder tokens) = {(batch, key_length)}, "
+                f"got {tuple(attention_mask.shape)}; a mask is never broadcast over the batch."
+            )
+        # A query always sees itself, so a padded query gets no all-masked row (which would give NaN).
+        mask = (mask & attention_mask.bool()[:, None, None, :]) | (query_positions == torch.arange(key_length, device=device))
+    return mask
+
+
+class FusedLinear(nn.Linear):
+    """`blocks` projections of the same input stored as one (blocks * out, in) matrix, so they cost one
+    matmul; each block is initialised as its own Xavier matrix, as if the projections were separate."""
+
+    def __init__(self, in_features: int, out_features: int, blocks: int):
+        super().__init__(in_features, blocks * out_features)
+        self.blocks = blocks
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention over `num_heads` heads (Vaswani et al. §3.2).
+
+    Self-attention projects queries, keys and values with one fused matmul (`qkv_proj`) and caches
+    keys/values in `past_key_values.self_attention_cache`; cross-attention projects keys and values
+    of the encoder output with one matmul (`kv_proj`) once per generation and reuses them
+    (`is_updated[layer_idx]`). SDPA computes the attention unless the model is set to "eager"
+    (`attn_implementation="eager"`) or the weights are asked for (`output_attentions`).
+    """
+
+    def __init__(self, config: TranslationTransformerConfig, num_heads: int, layer_idx: int, is_cross_attention: bool = False):
+        super().__init__()
+        d_model = config.d_model
+        self.config = config  # read at call time: `model.set_attn_implementation()` changes it
+        self.num_heads, self.head_dim = num_heads, d_model // num_heads
+        self.dropout, self.layer_idx, self.is_cross_attention = config.attention_dropout, layer_idx, is_cross_attention
+        if is_cross_attention:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = FusedLinear(d_model, d_model, blocks=2)
+        else:
+            self.qkv_proj = FusedLinear(d_model, d_model, blocks=3)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def split_heads(self, x: torch.Tensor, parts: int = 1):  # (B, T, parts * d) -> parts x (B, H, T, d/H)
+        return x.unflatten(-1, (parts, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def cross_keys_values(self, encoder_output: torch.Tensor, cache: EncoderDecoderCache | None):
+        if cache is not None and cache.is_updated.get(self.layer_idx):
+            cached = cache.cross_attention_cache.layers[self.layer_idx]
+            return cached.keys, cached.values
+        keys, values = self.split_heads(self.kv_proj(encoder_output), 2)  # (B, H, S, d/H) each
+        if cache is not None:
+            keys, values = cache.cross_attention_cache.update(keys, values, self.layer_idx)
+            cache.is_updated[self.layer_idx] = True
+        return keys, values
+
+    def queries_keys_values(self, hidden_states, key_value_states, cache: EncoderDecoderCache | None):
+        if self.is_cross_attention:
+            (query,) = self.split_heads(self.q_proj(hidden_states))
+            return (query, *self.cross_keys_values(key_value_states, cache))
+        query, keys, values = self.split_heads(self.qkv_proj(hidden_states), 3)
+        if cache is not None:
+            keys, values = cache.self_attention_cache.update(keys, values, self.layer_idx)
+        return query, keys, values
+
+    def forward(self, hidden_states, attention_mask=None, key_value_states=None, past_key_values=None, output_attentions=False):
+        query, keys, values = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T, d/H)
+        dropout = self.dropout if self.training else 0.0
+        if output_attentions or self.config._attn_implementation == "eager":  # SDPA does not return the weights
+            attended, weights = self.eager_attention(query, keys, values, attention_mask, dropout)
+        else:
+            weights = None
+            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=attention_mask, dropout_p=dropout)
+        return self.out_proj(attended.transpose(1, 2).flatten(2)), weights  # (B, Tq, d)
+
+    def eager_attention(self, query, keys, values, attention_mask, dropout: float):
+        """softmax(Q K^T / sqrt(d_head)) V written out; returns the output and the weights (B, H, Tq, Tk)."""
+        scores = query @ keys.transpose(-1, -2) / math.sqrt(self.head_dim)
+        if attention_mask is not None:
+            scores = scores.masked_fill(~attention_mask, float("-inf"))
+        weights = F.dropout(scores.softmax(dim=-1).nan_to_num(0.0), dropout, self.training)  # as SDPA: 0 for all-masked rows
+        return weights @ values, weights
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. The layer interface
+# ---------------------------------------------------------------------------------------------
+
+
+class LayerState(NamedTuple):
+    """What one layer hands the next."""
+
+    output: torch.Tensor  # (batch, length, d_model): the layer output the next layer attends over
+    cell: torch.Tensor | None = None  # (batch, length, d_model): depth-wise LSTM cell; None for residual layers
+
+
+class LayerOutput(NamedTuple):
+    """What a layer returns: its new state and its attention weights (None unless asked for). Flat, not
+    nested, so that a reentrant checkpoint function tracks the tensors in it."""
+
+    output: torch.Tensor
+    cell: torch.Tensor | None = None
+    self_attention: torch.Tensor | None = None
+    cross_attention: torch.Tensor | None = None
+
+
+class TranslationLayer(GradientCheckpointingLayer):
+    """The base of every encoder and decoder layer. Calls (tensors positional, so that any checkpoint
+    function, reentrant or not, sees them; everything else by keyword):
+
+        encoder layer:  layer(output, cell, attention_mask=..., output_attentions=...)
+                        -> LayerOutput(output, cell, self-attention weights)
+        decoder layer:  layer(output, cell, encoder_hidden_states, attention_mask=..., encoder_attention_mask=...,
+                              past_key_values=..., output_attentions=...)
+                        -> LayerOutput(output, cell, self-attention weights, cross-attention weights)
+
+    `initial_state(embeddings)` is the state entering the first layer. Under `model.activation_checkpointing_enable()`
+    transformers' `GradientCheckpointingLayer` recomputes the layer in the backward pass."""
+
+    def initial_state(self, embeddings: torch.Tensor) -> LayerState:
+        return LayerState(output=embeddings)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Connections across a stack
+# ---------------------------------------------------------------------------------------------
+
+
+class LayerCombination(nn.Module):
+    """Scalar weights that mix several layers' outputs (DLCL, transparent attention). `weights` is a
+    parameter when learned and a buffer when fixed; initialised to `initial_weights()`."""
+
+    def initial_weights(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def init_parameters(self):
+        init.copy_(self.weights, self.initial_weights())
+
+
+class PreviousLayer(nn.Module):
+    """The default depth connection: layer l+1 reads layer l's output as it is (residual and depth-wise
+    LSTM stacks). A depth connection decides what a stack remembers of the layer outputs y_0 .. y_c seen
+    so far (`remember` returns the new history, a list passed along by the stack) and forms from it the
+    input of consumer c: layer c+1, or the stack output for c = L."""
+
+    def __init__(self, config: TranslationTransformerConfig, num_layers: int):
+        super().__init__()
+
+    def remember(self, history: list[LayerState], state: LayerState) -> list[LayerState]:
+        return [state]  # only the latest output is ever read
+
+    def forward(self, history: list[LayerState], consumer: int) -> LayerState:
+        return history[-1]
+
+
+class TopEncoderLayer(nn.Module):
+    """The default cross-attention source: every decoder layer attends over the encoder's final output."""
+
+    reads_all_encoder_layers = False  # the model asks the encoder for every layer's output when True
+
+    def __init__(self, config: TranslationTransformerConfig):
+        super().__init__()
+
+    def encoder_states(self, encoder_outputs: BaseModelOutput) -> torch.Tensor:
+        """What the model hands the decoder as `encoder_hidden_states`."""
+        return encoder_outputs.last_hidden_state
+
+    def forward(self, encoder_states: torch.Tensor, layer_idx: int, past_key_values=None) -> torch.Tensor | None:
+        """The memory decoder layer `layer_idx` cross-attends over, (B, S, d)."""
+        return encoder_states
+
+
+@dataclass
+class TranslationEncoderOutput(BaseModelOutput):
+    """`BaseModelOutput` plus, for decoders that read every encoder layer (transparent attention),
+    `layer_outputs` (batch, source length, encoder_layers + 1, d_model): the embeddings, each layer's
+    output and the final output, i.e. `hidden_states` stacked. A top-level tensor, so `generate()`
+    expands it for beams like `last_hidden_state`. None for every other member."""
+
+    layer_outputs: torch.FloatTensor | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Stacks
+# ---------------------------------------------------------------------------------------------
+
+
+class TranslationEncoder(nn.Module):
+    """Embeddings, `encoder_layers` layers of `layer_class`, joined by `depth_connection_class`, final LayerNorm.
+    `exports_layer_outputs`: also return every layer's output stacked (for transparent attention)."""
+
+    def __init__(self, config: TranslationTransformerConfig, *, token_embedding: nn.Embedding, shared_modules: SharedModules,
+                 layer_class: type, depth_connection_class: type, exports_layer_outputs: bool = False):
+        super().__init__()
+        self.config = config
+        self.embeddings = TranslationEmbeddings(config, token_embedding)
+        self.layers = nn.ModuleList(layer_class(config, i, shared_modules) for i in range(config.encoder_layers))
+        self.depth_connection = depth_connection_class(config, config.encoder_layers)
+        self.exports_layer_outputs = exports_layer_outputs
+        self.final_layer_norm = nn.LayerNorm(config.d_model)
+
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None) -> TranslationEncoderOutput:
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        hidden = self.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds)  # (B, S, d)
+        mask = padding_mask(attention_mask, hidden.shape[:2])
+        state = self.layers[0].initial_state(hidden)
+        all_hidden, all_attentions, history = [state.output], [], self.depth_connection.remember([], state)
+        for i, layer in enumerate(self.layers):
+            output, cell, weights, _ = layer(*self.depth_connection(history, i), attention_mask=mask,
+                                             output_attentions=bool(output_attentions))
+            state = LayerState(output, cell)
+            history = self.depth_connection.remember(history, state)
+            all_hidden.append(state.output)
+            all_attentions.append(weights)
+        output = self.final_layer_norm(self.depth_connection(history, len(self.layers)).output)
+        all_hidden[-1] = output  # y_0 .. y_{L-1} and the stack output
+        return TranslationEncoderOutput(
+            last_hidden_state=output,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            attentions=tuple(all_attentions) if output_attentions else None,
+            layer_outputs=torch.stack(all_hidden, dim=2) if self.exports_layer_outputs else None,  # (B, S, L+1, d)
+        )
+
+
+class TranslationDecoder(nn.Module):
+    """Embeddings, `decoder_layers` layers of `layer_class` (masked self-attention, cross-attention), joined
+    by `depth_connection_class`, final LayerNorm. With a cache only the new positions are computed: the
+    depth-wise state is per position, so the attention KV cache is all that carries over between steps.
+    `encoder_hidden_states` is what `cross_attention_source` (built by the model, registered here so
+    that its weights keep their checkpoint names) reads: the encoder output (B, S, d), or for transparent
+    attention every encoder layer's output (B, S, L_enc+1, d)."""
+
+    def __init__(self, config: TranslationTransformerConfig, *, token_embedding: nn.Embedding, shared_modules: SharedModules,
+                 layer_class: type, depth_connection_class: type, cross_attention_source: nn.Module):
+        super().__init__()
+        self.config = config
+        self.embeddings = TranslationEmbeddings(config, token_embedding)
+        self.layers = nn.ModuleList(layer_class(config, i, shared_modules) for i in range(config.decoder_layers))
+        self.depth_connection = depth_connection_class(config, config.decoder_layers)
+        self.cross_attention_source = cross_attention_source
+        self.final_layer_norm = nn.LayerNorm(config.d_model)
+
+    def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
+                past_key_values=None, inputs_embeds=None, use_cache=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None) -> BaseModelOutputWithPastAndCrossAttentions:
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder needs `encoder_hidden_states` (the encoder's output).")
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        hidden = self.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds, position_offset=past_length)  # (B, T, d)
+        if encoder_hidden_states.shape[0] != hidden.shape[0]:
+            raise ValueError(
+                f"Decoder batch ({hidden.shape[0]}) and encoder batch ({encoder_hidden_states.shape[0]}) differ."
+            )
+        self_mask = causal_mask(hidden.shape[0], hidden.shape[1], past_length + hidden.shape[1], attention_mask, hidden.device)
+        encoder_mask = padding_mask(encoder_attention_mask, encoder_hidden_states.shape[:2])
+        state = self.layers[0].initial_state(hidden)
+        all_hidden, self_attentions, cross_attentions = [state.output], [], []
+        history = self.depth_connection.remember([], state)
+        for i, layer in enumerate(self.layers):
+            memory = self.cross_attention_source(encoder_hidden_states, i, past_key_values)  # (B, S, d) or None once cached
+            output, cell, self_weights, cross_weights = layer(
+                *self.depth_connection(history, i), memory, attention_mask=self_mask, encoder_attention_mask=encoder_mask,
+                past_key_values=past_key_values, output_attentions=bool(output_attentions),
+            )
+            state = LayerState(output, cell)
+            history = self.depth_connection.remember(history, state)
+            all_hidden.append(state.output)
+            self_attentions.append(self_weights)
+            cross_attentions.append(cross_weights)
+        output = self.final_layer_norm(self.depth_connection(history, len(self.layers)).output)
+        all_hidden[-1] = output
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=output,
+            past_key_values=past_key_values,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            attentions=tuple(self_attentions) if output_attentions else None,
+            cross_attentions=tuple(cross_attentions) if output_attentions else None,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Hugging Face models
+# ---------------------------------------------------------------------------------------------
+
+
+class TranslationTransformerPreTrainedModel(PreTrainedModel):
+    """Initialisation as in the papers' toolkits (SPEC §1): Xavier-uniform projections with zero
+    biases, embeddings N(0, d_model^-1/2), LayerNorm weight 1 and bias 0. Any other module with
+    parameters or buffers to set defines `init_parameters()` (under no_grad, with `transformers.initialization`
+    functions, which skip weights loaded from a checkpoint)."""
+
+    config_class = TranslationTransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        if isinstance(module, nn.Linear):
+            if not getattr(module.weight, "_is_hf_initialized", False):
+                for block in module.weight.chunk(getattr(module, "blocks", 1)):  # fused projections: Xavier per block
+                    nn.init.xavier_uniform_(block)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):  # tokens and learned positions
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif hasattr(module, "init_parameters"):  # modules with their own initialisation say so themselves
+            module.init_parameters()
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Also save the translation pipeline (transformers 5 dropped the task), so that
+        `pipeline("translation", model=save_directory, trust_remote_code=True)` works anywhere."""
+        self.config.custom_pipelines = {**(getattr(self.config, "custom_pipelines", None) or {}), **translation_pipeline_tasks(self.config)}
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if PIPELINE_FILE.exists() and kwargs.get("is_main_process", True):
+            shutil.copy(PIPELINE_FILE, os.path.join(save_directory, PIPELINE_FILE.name))
+
+
+PIPELINE_FILE = Path(__file__).with_name("pipeline_translation.py")
+
+
+def translation_pipeline_tasks(config: TranslationTransformerConfig) -> dict:
+    """`custom_pipelines` entries: "translation" and one "translation_xx_to_yy" per `config.language_pairs`."""
+    entry = {"impl": "pipeline_translation.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
+    tasks = ["translation"] + [f"translation_{pair.replace('-', '_to_')}" for pair in config.language_pairs]
+    return {task: dict(entry) for task in tasks}
+
+
+class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
+    """The bare encoder-decoder: token ids in, the decoder's last hidden states out.
+
+    A member names its parts: `encoder_layer_class` / `decoder_layer_class` (or `layer_classes(config)`
+    when an option picks them), and, where it changes them, `depth_connection_class` (how a stack
+    feeds each layer from the earlier ones) and `cross_attention_source_class` (what each decoder layer
+    attends over). The model builds the cross-attention source and tells the encoder what to return for it."""
+
+    encoder_layer_class: type | None = None
+    decoder_layer_class: type | None = None
+    depth_connection_class: type = PreviousLayer
+    cross_attention_source_class: type = TopEncoderLayer
+
+    @classmethod
+    def layer_classes(cls, config: TranslationTransformerConfig) -> tuple[type, type]:
+        """(encoder layer class, decoder layer class) for `config`."""
+        if cls.encoder_layer_class is None or cls.decoder_layer_class is None:
+            raise TypeError(f"{cls.__name__} names no layer classes: a family member's model sets "
+                            "`encoder_layer_class` and `decoder_layer_class` (or overrides `layer_classes`).")
+        return cls.encoder_layer_class, cls.decoder_layer_class
+
+    def __init__(self, config: TranslationTransformerConfig):
+        super().__init__(config)
+        encoder_layer_class, decoder_layer_class = self.layer_classes(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        shared_modules = SharedModules()  # lets share_gates="global" reach across both stacks
+        cross_attention_source = self.cross_attention_source_class(config)
+        self.encoder = TranslationEncoder(
+            config, token_embedding=self.shared, shared_modules=shared_modules, layer_class=encoder_layer_class,
+            depth_connection_class=self.depth_connection_class,
+            exports_layer_outputs=cross_attention_source.reads_all_encoder_layers,
+        )
+        self.decoder = TranslationDecoder(
+            config, token_embedding=self.shared, shared_modules=shared_modules, layer_class=decoder_layer_class,
+            depth_connection_class=self.depth_connection_class, cross_attention_source=cross_attention_source,
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.shared = value
+        for stack in (self.encoder, self.decoder):
+            attach_shared(stack.embeddings, "token_embedding", value, owned=False)
+
+    def get_encoder(self):
+        return self.encoder
+
+    def get_decoder(self):
+        return self.decoder
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, past_key_values: Cache | None = None, inputs_embeds=None,
+                decoder_inputs_embeds=None, use_cache=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None) -> Seq2SeqModelOutput:
+        if use_cache is None:
+            use_cache = self.config.use_cache
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            )
+        elif isinstance(encoder_outputs, torch.Tensor):
+            encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs)
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError("Pass `decoder_input_ids` (or `labels`, from which they are derived).")
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
+            encoder_hidden_states=self.decoder.cross_attention_source.encoder_states(encoder_outputs),
+            encoder_attention_mask=attention_mask, past_key_values=past_key_values, inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        output = Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTrainedModel, GenerationMixin):
+    """The translation model: `base_model_class` plus the output projection (tied to the embeddings) and the
+    label-smoothed cross-entropy of the papers (smoothing `config.label_smoothing`, padding ignored)."""
+
+    base_model_class: type = TranslationTransformerModel
+    _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: TranslationTransformerConfig):
+        super().__init__(config)
+        self.model = self.base_model_class(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+        # The papers decode with beam 4; translations need more than generate()'s default 20 tokens.
+        self.generation_config.num_beams = 4
+        self.generation_config.max_length = min(256, config.max_position_embeddings)
+
+    def get_encoder(self):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear):
+        self.lm_head = value
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, past_key_values: Cache | None = None, inputs_embeds=None,
+                decoder_inputs_embeds=None, labels=None, use_cache=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None) -> Seq2SeqLMOutput:
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, vocab)
+        loss = self.translation_loss(logits, labels) if labels is not None else None
+        output = Seq2SeqLMOutput(loss=loss, logits=logits, **{k: v for k, v in outputs.items() if k != "last_hidden_state"})
+        return output if return_dict is not False else output.to_tuple()
+
+    def translation_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Label-smoothed cross-entropy averaged over target tokens; -100 and padding are ignored."""
+        if labels.shape != logits.shape[:2]:
+            raise ValueError(f"labels have shape {tuple(labels.shape)}, expected (batch, target length) = {tuple(logits.shape[:2])}.")
+        targets = labels.masked_fill(labels == self.config.pad_token_id, -100)
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, label_smoothing=self.config.label_smoothing
+        )
+
+    @staticmethod
+    def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.Tensor) -> EncoderDecoderCache:
+        """Beam search: follow the surviving beams in the self-attention cache only. The cross-attention
+        keys/values are the same for every beam of a sentence and beams never move between sentences, so
+        the default (reordering both caches) copies them every step for nothing."""
+        past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        return past_key_values
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+
+__all__ = [
+    "LayerState",
+    "LayerOutput",
+    "TranslationLayer",
+    "TranslationEncoderOutput",
+    "TranslationTransformerPreTrainedModel",
+    "TranslationTransformerModel",
+    "TranslationTransformerForConditionalGeneration",
+]
