@@ -186,6 +186,13 @@ def padding_mask(attention_mask: torch.Tensor | None, shape: tuple[int, int]) ->
 def causal_mask(batch: int, query_length: int, key_length: int, attention_mask: torch.Tensor | None, device) -> torch.Tensor | None:
     """Query t (at absolute position past + t) sees keys 0..past + t, minus padded keys.
     A single new query with no padding needs no mask at all (the fast path of cached decoding)."""
+    if attention_mask is not None and attention_mask.dim() == 4:
+        # Ready-made (batch, 1, query, keys) mask, as generate() passes with a static cache, whose keys
+        # are the cache's full length rather than past + new.
+        if attention_mask.shape[0] != batch or attention_mask.shape[2] != query_length:
+            raise ValueError(f"A 4D decoder_attention_mask must have shape ({batch}, 1, {query_length}, keys), "
+                             f"got {tuple(attention_mask.shape)}.")
+        return attention_mask.bool() if attention_mask.dtype == torch.bool else attention_mask == 0
     if query_length == 1 and attention_mask is None:
         return None
     past = key_length - query_length

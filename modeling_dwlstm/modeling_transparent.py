@@ -71,6 +71,12 @@ class TransparentAttention(LayerCombination):
     def forward(self, encoder_states: torch.Tensor, layer_idx: int, past_key_values=None) -> torch.Tensor | None:
         if past_key_values is not None and past_key_values.is_updated.get(layer_idx):
             return None  # this layer's cross-attention keys/values are cached: the memory is not read again
+        if encoder_states.dim() != 4 or encoder_states.shape[2] != self.shape[1]:
+            raise ValueError(
+                f"Transparent attention's decoder reads every encoder layer: pass encoder_hidden_states = "
+                f"encoder(...).layer_outputs, shape (batch, source length, {self.shape[1]}, d_model), got "
+                f"{tuple(encoder_states.shape)}."
+            )
         return self.weights[layer_idx].softmax(-1) @ encoder_states  # (L+1,) @ (B, S, L+1, d) -> (B, S, d)
 
 

@@ -1,0 +1,89 @@
+"""The model side of "nothing silent" (issue 13): what transformers users expect of a built-in seq2seq
+model (MarianMTModel is the reference), for every family member."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import random_ids, tiny_model
+from transformers import AutoModelForSeq2SeqLM
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# One case per member (and both kinds of connection across a stack).
+MEMBER_CASES = ["dwlstm", "dwlstm-two-lstm", "residual-pre", "residual-post", "highway-sdu-sigmoid-all-layers",
+                "rnn-glu-own-hidden-add", "dlcl-pre-learned", "ta-post", "rezero"]
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES)
+def test_config_output_flags_are_read_when_the_call_does_not_say(case):
+    model = tiny_model(case, output_hidden_states=True, output_attentions=True)
+    with torch.no_grad():
+        out = model(input_ids=random_ids(2, 7), decoder_input_ids=random_ids(2, 4, seed=3))
+        quiet = model(input_ids=random_ids(2, 7), decoder_input_ids=random_ids(2, 4, seed=3),
+                      output_hidden_states=False, output_attentions=False)
+    config = model.config
+    assert len(out.encoder_hidden_states) == config.encoder_layers + 1
+    assert len(out.decoder_hidden_states) == config.decoder_layers + 1
+    assert len(out.encoder_attentions) == config.encoder_layers and out.encoder_attentions[0] is not None
+    assert len(out.cross_attentions) == config.decoder_layers and out.cross_attentions[0] is not None
+    assert quiet.encoder_hidden_states is None and quiet.cross_attentions is None  # the call wins
+
+
+@pytest.mark.parametrize("mask_batch", [1, 3])
+@pytest.mark.parametrize("which", ["attention_mask", "decoder_attention_mask"])
+def test_a_mask_of_another_batch_size_is_refused_not_broadcast(which, mask_batch):
+    model = tiny_model("residual-pre")
+    length = 7 if which == "attention_mask" else 4
+    inputs = dict(input_ids=random_ids(2, 7), decoder_input_ids=random_ids(2, 4, seed=3))
+    inputs[which] = torch.ones(mask_batch, length, dtype=torch.long)
+    with pytest.raises(ValueError, match="never broadcast over the batch"):
+        model(**inputs)
+
+
+@pytest.mark.parametrize("input_ids", [[[5, 6, 7]], torch.tensor([[5.0, 6.0]]), torch.tensor([[True, False]])])
+def test_token_ids_that_are_not_an_integer_tensor_raise_a_type_error(input_ids):
+    model = tiny_model("dwlstm")
+    with pytest.raises(TypeError, match=r"integer torch.Tensor.*return_tensors='pt'"):
+        model(input_ids=input_ids, decoder_input_ids=torch.tensor([[1, 5]]))
+
+
+@pytest.mark.parametrize("case", ["dwlstm", "residual-post", "ta-post"])
+def test_eager_attention_is_honoured(case, monkeypatch, tmp_path):
+    model = tiny_model(case)
+    inputs = dict(input_ids=random_ids(2, 7), attention_mask=torch.tensor([[1] * 7, [1] * 5 + [0] * 2]),
+                  decoder_input_ids=random_ids(2, 4, seed=3))
+    with torch.no_grad():
+        expected = model(**inputs).logits  # SDPA
+    model.save_pretrained(tmp_path)
+
+    def no_sdpa(*args, **kwargs):
+        raise AssertionError("SDPA ran although the model is set to eager attention")
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", no_sdpa)
+    model.set_attn_implementation("eager")
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for eager in (model, reloaded):
+            torch.testing.assert_close(eager(**inputs).logits, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES)
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_static_cache_generates_what_the_dynamic_cache_does(case, num_beams):
+    model = tiny_model(case)
+    inputs = dict(input_ids=random_ids(2, 7), attention_mask=torch.tensor([[1] * 7, [1] * 4 + [0] * 3]))
+    settings = dict(num_beams=num_beams, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    dynamic = model.generate(**inputs, **settings)
+    static = model.generate(**inputs, **settings, cache_implementation="static")
+    assert torch.equal(static, dynamic)
+
+
+def test_transparent_attention_decoder_alone_says_what_it_needs():
+    model = tiny_model("ta-post")
+    input_ids = random_ids(2, 7)
+    encoder_output = model.get_encoder()(input_ids=input_ids)
+    decoder = model.get_decoder()
+    with pytest.raises(ValueError, match=r"reads every encoder layer: pass encoder_hidden_states = encoder\(...\).layer_outputs"):
+        decoder(input_ids=input_ids[:, :3], encoder_hidden_states=encoder_output.last_hidden_state)
+    out = decoder(input_ids=input_ids[:, :3], encoder_hidden_states=encoder_output.layer_outputs)
+    assert out.last_hidden_state.shape == (2, 3, model.config.d_model)
