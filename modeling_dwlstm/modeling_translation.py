@@ -696,6 +696,23 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    def generate(self, inputs=None, **kwargs):
+        """`GenerationMixin.generate`, refusing sources without a single token: decoding them would only
+        produce a hallucination (a model has nothing to translate). The translation pipeline and
+        `evaluate_translation.py` give an empty source the empty translation without calling this."""
+        input_ids = kwargs.get("input_ids", inputs)
+        attention_mask = kwargs.get("attention_mask")
+        if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and kwargs.get("encoder_outputs") is None:
+            lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full(input_ids.shape[:1], input_ids.shape[1])
+            empty = (lengths == 0).nonzero().flatten().tolist()
+            if empty:
+                raise ValueError(
+                    f"Source sentences {empty} have no tokens (zero length or every position masked). An empty "
+                    "source has the empty translation: leave it out (the translation pipeline and "
+                    "evaluate_translation.py do so and return '')."
+                )
+        return super().generate(inputs, **kwargs)
+
 
 __all__ = [
     "LayerState",

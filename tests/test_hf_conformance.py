@@ -87,3 +87,15 @@ def test_transparent_attention_decoder_alone_says_what_it_needs():
         decoder(input_ids=input_ids[:, :3], encoder_hidden_states=encoder_output.last_hidden_state)
     out = decoder(input_ids=input_ids[:, :3], encoder_hidden_states=encoder_output.layer_outputs)
     assert out.last_hidden_state.shape == (2, 3, model.config.d_model)
+
+
+@pytest.mark.parametrize("inputs, rows", [
+    (dict(input_ids=torch.zeros(2, 0, dtype=torch.long)), r"\[0, 1\]"),
+    (dict(input_ids=random_ids(2, 5), attention_mask=torch.tensor([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]])), r"\[1\]"),
+])
+def test_generate_refuses_sources_without_tokens_instead_of_hallucinating(inputs, rows):
+    model = tiny_model("dwlstm")
+    with pytest.raises(ValueError, match=rows + r" have no tokens .* empty translation"):
+        model.generate(**inputs, max_new_tokens=3)
+    with pytest.raises(ValueError, match="have no tokens"):
+        model.generate(inputs["input_ids"], **{k: v for k, v in inputs.items() if k != "input_ids"}, max_new_tokens=3)
