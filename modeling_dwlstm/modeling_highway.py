@@ -43,6 +43,8 @@ class HighwayTransformerConfig(TranslationTransformerConfig):
             30 gated sub-layers at 6+6); an integer k gates only layers 1..k of each stack (004 Tables
             5-6, e.g. "L1-2"), the layers above are plain post-norm residual layers. A stack with fewer
             than k layers is gated throughout; k must be between 1 and the deeper stack's depth.
+        sdu_ffn (`bool`, defaults to True): gate the FFN sub-layers too; False gates only the attention
+            sub-layers (self- and cross-attention), 004 Table 5's "\\FFN" setting (18 gated sub-layers at 6+6).
 
     Dropout (our choice): `dropout` on F(X) and on the gated branch T(X) * f(X), as on every sub-layer
     output of the residual model; nothing is dropped from the carried input X.
@@ -53,6 +55,7 @@ class HighwayTransformerConfig(TranslationTransformerConfig):
     sdu_gate: str = "sigmoid"
     highway_variant: str = "sdu"
     sdu_layers: int | None = None
+    sdu_ffn: bool = True
 
     def check_values(self):
         super().check_values()
@@ -64,6 +67,8 @@ class HighwayTransformerConfig(TranslationTransformerConfig):
                 "the sigmoid transform gate T of 004 Eq. 26 (its carry gate is 1 - T). Set sdu_gate='sigmoid'."
             )
         deepest = max(self.encoder_layers, self.decoder_layers)
+        if not isinstance(self.sdu_ffn, bool):
+            raise ValueError(f"`sdu_ffn` must be True or False, got {self.sdu_ffn!r}.")
         if self.sdu_layers is not None:
             check_int("sdu_layers", self.sdu_layers, 1)
             if self.sdu_layers > deepest:
@@ -72,9 +77,10 @@ class HighwayTransformerConfig(TranslationTransformerConfig):
                     f"{self.sdu_layers}; use sdu_layers=None to gate every layer."
                 )
 
-    def is_gated(self, layer_idx: int) -> bool:
-        """Whether layer `layer_idx` (0-based, either stack) has the gated branch."""
-        return self.sdu_layers is None or layer_idx < self.sdu_layers
+    def is_gated(self, layer_idx: int, sublayer: str) -> bool:
+        """Whether sub-layer `sublayer` ("self_attn", "cross_attn", "ffn") of layer `layer_idx` (0-based,
+        either stack) has the gated branch."""
+        return (self.sdu_layers is None or layer_idx < self.sdu_layers) and (self.sdu_ffn or sublayer != "ffn")
 
 
 class SelfDependencyConnection(PostNormResidual):
@@ -128,8 +134,8 @@ HIGHWAY_CONNECTIONS = {
 class HighwayEncoderLayer(ResidualEncoderLayer):
     """The post-norm residual encoder layer with `highway_variant`'s connection on layers 1..`sdu_layers`."""
 
-    def connection(self, config: HighwayTransformerConfig, layer_idx: int) -> nn.Module:
-        if config.is_gated(layer_idx):
+    def connection(self, config: HighwayTransformerConfig, layer_idx: int, sublayer: str) -> nn.Module:
+        if config.is_gated(layer_idx, sublayer):
             return HIGHWAY_CONNECTIONS[config.highway_variant](config)
         return PostNormResidual(config)
 
@@ -166,8 +172,11 @@ MEMBER = FamilyMember(
     generation_class=HighwayTransformerForConditionalGeneration,
     name="highway Transformer with self-dependency units (Chai et al. 2020)",
     citations=(CHAI_2020, VASWANI_2017),
-    card_fields=("highway_variant", "sdu_gate", "sdu_layers"),
-    presets={"highway-sdu": {"highway_variant": "sdu", "sdu_gate": "sigmoid"}},
+    card_fields=("highway_variant", "sdu_gate", "sdu_layers", "sdu_ffn"),
+    presets={"highway-sdu": {"highway_variant": "sdu", "sdu_gate": "sigmoid"},
+             "highway-sdu-attention": {"highway_variant": "sdu", "sdu_gate": "sigmoid", "sdu_ffn": False}},
+    # 004 Table 5's "\FFN" ablation (SDUs on the attention sub-layers only) at the base size.
+    hub_depths={"highway-sdu-attention": [("base", 6, 6)]},
 )
 
 __all__ = ["HighwayTransformerConfig", "HighwayTransformerModel", "HighwayTransformerForConditionalGeneration"]

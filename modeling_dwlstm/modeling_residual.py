@@ -94,12 +94,13 @@ class ResidualEncoderLayer(TranslationLayer):
     def __init__(self, config: TranslationTransformerConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
         self.self_attn = MultiHeadAttention(config, config.encoder_attention_heads, layer_idx)
-        self.self_attn_residual = self.connection(config, layer_idx)
+        self.self_attn_residual = self.connection(config, layer_idx, "self_attn")
         self.ffn = FeedForward(config)
-        self.ffn_residual = self.connection(config, layer_idx)
+        self.ffn_residual = self.connection(config, layer_idx, "ffn")
 
-    def connection(self, config: TranslationTransformerConfig, layer_idx: int) -> nn.Module:
-        """The connection around each sub-layer of this layer (the highway model varies it with depth)."""
+    def connection(self, config: TranslationTransformerConfig, layer_idx: int, sublayer: str) -> nn.Module:
+        """The connection around sub-layer `sublayer` ("self_attn", "cross_attn" or "ffn") of this layer
+        (the highway model varies it with depth and sub-layer)."""
         return self.residual_class(config)
 
     def forward(self, output, cell=None, *, attention_mask=None, output_attentions=False):
@@ -120,11 +121,11 @@ class ResidualDecoderLayer(TranslationLayer):
         super().__init__()
         heads = config.decoder_attention_heads
         self.self_attn = MultiHeadAttention(config, heads, layer_idx)
-        self.self_attn_residual = self.connection(config, layer_idx)
+        self.self_attn_residual = self.connection(config, layer_idx, "self_attn")
         self.cross_attn = MultiHeadAttention(config, heads, layer_idx, is_cross_attention=True)
-        self.cross_attn_residual = self.connection(config, layer_idx)
+        self.cross_attn_residual = self.connection(config, layer_idx, "cross_attn")
         self.ffn = FeedForward(config)
-        self.ffn_residual = self.connection(config, layer_idx)
+        self.ffn_residual = self.connection(config, layer_idx, "ffn")
 
     connection = ResidualEncoderLayer.connection
 

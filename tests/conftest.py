@@ -88,6 +88,7 @@ CASES.update({
     for variant, options in HIGHWAY_VARIANTS.items()
     for layers in (None, 1)
 })
+CASES["highway-sdu-attention-only"] = (HighwayTransformerConfig, {"sdu_ffn": False})  # 004 Table 5's "\\FFN"
 # Depth-wise RNN: every combination of its hidden-module options.
 CASES.update({
     f"rnn-{hidden}-{'shared' if share_hidden else 'own'}-hidden-{merge}": (

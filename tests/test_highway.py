@@ -1,5 +1,7 @@
 """The highway Transformer (004) against its equations and against the post-norm residual model."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import TINY, random_ids, tiny_model
@@ -92,10 +94,12 @@ def test_closed_gate_leaves_the_post_norm_residual_model(case):
         torch.testing.assert_close(highway(**inputs).logits, residual(**inputs).logits, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("sdu_ffn", [True, False])
 @pytest.mark.parametrize("sdu_layers", [None, 1, 2, 3])
-def test_sdu_layers_gates_exactly_layers_one_to_k(sdu_layers):
-    """TINY has 2 encoder and 3 decoder layers; a gated sub-layer costs 2 d (d + 1) parameters (004 §5)."""
-    highway = tiny_model("highway-sdu-sigmoid-all-layers", sdu_layers=sdu_layers)
+def test_sdu_layers_gates_exactly_layers_one_to_k(sdu_layers, sdu_ffn):
+    """TINY has 2 encoder and 3 decoder layers; a gated sub-layer costs 2 d (d + 1) parameters (004 §5).
+    Without `sdu_ffn` only the attention sub-layers are gated (004 Table 5's "\\FFN")."""
+    highway = tiny_model("highway-sdu-sigmoid-all-layers", sdu_layers=sdu_layers, sdu_ffn=sdu_ffn)
     residual = tiny_model("residual-post")
     k = sdu_layers or 3
     stacks = ((highway.model.encoder, ("self_attn", "ffn")), (highway.model.decoder, ("self_attn", "cross_attn", "ffn")))
@@ -103,9 +107,10 @@ def test_sdu_layers_gates_exactly_layers_one_to_k(sdu_layers):
         for i, layer in enumerate(stack.layers):
             for name in sublayers:
                 connection = getattr(layer, f"{name}_residual")
-                assert isinstance(connection, SelfDependencyConnection) == (i < k), (stack, i, name)
+                gated = i < k and (sdu_ffn or name != "ffn")
+                assert isinstance(connection, SelfDependencyConnection) == gated, (stack, i, name)
                 assert isinstance(connection, PostNormResidual)
-    gated_sublayers = 2 * min(k, 2) + 3 * min(k, 3)
+    gated_sublayers = (2 if sdu_ffn else 1) * min(k, 2) + (3 if sdu_ffn else 2) * min(k, 3)
     d = TINY["d_model"]
     assert highway.num_parameters() - residual.num_parameters() == gated_sublayers * 2 * d * (d + 1)
 
@@ -119,3 +124,17 @@ def test_dropout_never_touches_the_carried_input(options):
         connection.gate.bias.fill_(-1e4)
     X = torch.randn(2, 3, TINY["d_model"])
     torch.testing.assert_close(connection.combine(X, torch.zeros_like(X)), connection.norm(X))
+
+
+def test_sdu_on_attention_only_at_base_size_adds_eighteen_sdus():
+    """hub_configs/highway-sdu-attention-base-6l.json: 6 encoder self-attentions + 6 decoder self- and
+    cross-attentions gated, 18 x 2 d (d + 1) parameters over the 62.37M post-norm base model."""
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    from modeling_dwlstm.paper_configs import paper_config
+
+    config = AutoConfig.from_pretrained(Path(__file__).resolve().parents[1] / "hub_configs" / "highway-sdu-attention-base-6l.json")
+    with torch.device("meta"):
+        highway = AutoModelForSeq2SeqLM.from_config(config)
+        residual = AutoModelForSeq2SeqLM.from_config(paper_config("residual-postnorm", "base", 6))
+    assert highway.num_parameters() - residual.num_parameters() == 18 * 2 * 512 * 513  # 71.83M in all
