@@ -30,16 +30,22 @@ from torch import nn
 from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel
 
 from . import FAMILY
+from .configuration_translation import EOS_ID as EOS
+from .configuration_translation import PAD_ID as PAD
+from .configuration_translation import UNK_ID
 from .files import atomic_write_json
-from .modeling_dwlstm import MultiHeadAttention
+from .modeling_translation import MultiHeadAttention
 from .paper_configs import MEMBERS, PAPER_VOCAB_SIZE
+from .paper_configs import SIZES as PAPER_SIZES
 
+# The papers' base size (paper_configs.SIZES) at 6+6 layers, and a small one (RESULTS.md's campaign size).
 SIZES = {
-    "base": dict(d_model=512, encoder_layers=6, decoder_layers=6, heads=8, ffn_dim=2048),
+    "base": dict(d_model=PAPER_SIZES["base"]["d_model"], encoder_layers=6, decoder_layers=6,
+                 heads=PAPER_SIZES["base"]["encoder_attention_heads"], ffn_dim=PAPER_SIZES["base"]["ffn_dim"]),
     "small": dict(d_model=256, encoder_layers=3, decoder_layers=3, heads=4, ffn_dim=1024),
 }
 MARIAN = "marian"
-PAD, EOS, FIRST_WORD = 1, 2, 3  # the family's special ids; random words are drawn from [FIRST_WORD, vocab)
+FIRST_WORD = UNK_ID + 1  # random words are drawn from [FIRST_WORD, vocab), after the special ids
 
 # Issue 5 §2, each (name, numerator, denominator, tasks, minimum ratio of throughputs).
 TARGETS = [

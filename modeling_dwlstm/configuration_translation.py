@@ -17,6 +17,10 @@ from dataclasses import dataclass, field, fields
 
 from transformers import PreTrainedConfig
 
+# The special token ids of every family tokenizer (`tokenization_dwlstm.SPECIAL_TOKENS` is in this order)
+# and the config defaults; the decoder starts from the pad id, as in Marian.
+BOS_ID, PAD_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
 
 def check_choice(name: str, value, allowed: tuple):
     if value not in allowed:
@@ -98,9 +102,9 @@ class TranslationTransformerConfig(PreTrainedConfig):
     scale_embedding: bool = True
     label_smoothing: float = 0.1
     language_pairs: list[str] | None = None
-    pad_token_id: int | None = 1
-    bos_token_id: int | None = 0
-    eos_token_id: int | None = 2
+    pad_token_id: int | None = PAD_ID
+    bos_token_id: int | None = BOS_ID
+    eos_token_id: int | None = EOS_ID
     decoder_start_token_id: int | None = None
     tie_word_embeddings: bool = True
     use_cache: bool = True
@@ -158,4 +162,7 @@ class TranslationTransformerConfig(PreTrainedConfig):
                 raise ValueError(f"`language_pairs` entries look like 'en-de', got {pair!r}.")
 
 
-__all__ = ["FamilyMember", "TranslationTransformerConfig", "check_choice", "check_int", "check_probability"]
+__all__ = [
+    "BOS_ID", "PAD_ID", "EOS_ID", "UNK_ID", "FamilyMember", "TranslationTransformerConfig",
+    "check_choice", "check_int", "check_probability",
+]

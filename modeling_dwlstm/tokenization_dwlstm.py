@@ -24,8 +24,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from .configuration_translation import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
 BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"
-SPECIAL_TOKENS = (BOS, PAD, EOS, UNK)  # position = id
+SPECIAL_TOKENS = tuple(token for _, token in sorted({BOS_ID: BOS, PAD_ID: PAD, EOS_ID: EOS, UNK_ID: UNK}.items()))  # position = id
 LANGUAGE_TAG = re.compile(r"<2[a-z]{2,3}(?:_[A-Za-z0-9]+)*>")  # <2de>, <2yue>, <2zh_Hant>
 
 
