@@ -386,19 +386,27 @@ class TranslationEncoderOutput(BaseModelOutput):
 # ---------------------------------------------------------------------------------------------
 
 
-class TranslationEncoder(nn.Module):
-    """Embeddings, `encoder_layers` layers of `layer_class`, joined by `depth_connection_class`, final LayerNorm.
-    `exports_layer_outputs`: also return every layer's output stacked (for transparent attention)."""
+class TranslationStack(nn.Module):
+    """What both stacks are made of: embeddings, `num_layers` layers of `layer_class` joined by a
+    `depth_connection_class`, and a final LayerNorm."""
 
-    def __init__(self, config: TranslationTransformerConfig, *, token_embedding: nn.Embedding, shared_modules: SharedModules,
-                 layer_class: type, depth_connection_class: type, exports_layer_outputs: bool = False):
+    def __init__(self, config: TranslationTransformerConfig, num_layers: int, *, token_embedding: nn.Embedding,
+                 shared_modules: SharedModules, layer_class: type, depth_connection_class: type):
         super().__init__()
         self.config = config
         self.embeddings = TranslationEmbeddings(config, token_embedding)
-        self.layers = nn.ModuleList(layer_class(config, i, shared_modules) for i in range(config.encoder_layers))
-        self.depth_connection = depth_connection_class(config, config.encoder_layers)
-        self.exports_layer_outputs = exports_layer_outputs
+        self.layers = nn.ModuleList(layer_class(config, i, shared_modules) for i in range(num_layers))
+        self.depth_connection = depth_connection_class(config, num_layers)
         self.final_layer_norm = nn.LayerNorm(config.d_model)
+
+
+class TranslationEncoder(TranslationStack):
+    """The encoder stack. `exports_layer_outputs`: also return every layer's output stacked (for
+    transparent attention)."""
+
+    def __init__(self, config: TranslationTransformerConfig, *, exports_layer_outputs: bool = False, **parts):
+        super().__init__(config, config.encoder_layers, **parts)
+        self.exports_layer_outputs = exports_layer_outputs
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None) -> TranslationEncoderOutput:
@@ -425,23 +433,16 @@ class TranslationEncoder(nn.Module):
         )
 
 
-class TranslationDecoder(nn.Module):
-    """Embeddings, `decoder_layers` layers of `layer_class` (masked self-attention, cross-attention), joined
-    by `depth_connection_class`, final LayerNorm. With a cache only the new positions are computed: the
-    depth-wise state is per position, so the attention KV cache is all that carries over between steps.
-    `encoder_hidden_states` is what `cross_attention_source` (built by the model, registered here so
+class TranslationDecoder(TranslationStack):
+    """The decoder stack (layers with masked self-attention and cross-attention). With a cache only the new
+    positions are computed: the depth-wise state is per position, so the attention KV cache is all that
+    carries over between steps. `encoder_hidden_states` is what `cross_attention_source` (built by the model, registered here so
     that its weights keep their checkpoint names) reads: the encoder output (B, S, d), or for transparent
     attention every encoder layer's output (B, S, L_enc+1, d)."""
 
-    def __init__(self, config: TranslationTransformerConfig, *, token_embedding: nn.Embedding, shared_modules: SharedModules,
-                 layer_class: type, depth_connection_class: type, cross_attention_source: nn.Module):
-        super().__init__()
-        self.config = config
-        self.embeddings = TranslationEmbeddings(config, token_embedding)
-        self.layers = nn.ModuleList(layer_class(config, i, shared_modules) for i in range(config.decoder_layers))
-        self.depth_connection = depth_connection_class(config, config.decoder_layers)
+    def __init__(self, config: TranslationTransformerConfig, *, cross_attention_source: nn.Module, **parts):
+        super().__init__(config, config.decoder_layers, **parts)
         self.cross_attention_source = cross_attention_source
-        self.final_layer_norm = nn.LayerNorm(config.d_model)
 
     def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
                 past_key_values=None, inputs_embeds=None, use_cache=None, output_attentions=None,
