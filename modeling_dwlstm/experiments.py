@@ -13,7 +13,7 @@ results, hypotheses, learning curve, commands, seed, git commit, package version
 `record_dir` (default `experiments/results/NAME`), which is meant to be committed. A run whose record
 exists is finished and skipped; an interrupted training continues from its newest checkpoint (it loses
 at most one checkpoint interval); an interrupted averaging or evaluation starts over (their outputs
-are written to `*.partial` and renamed when complete). Running the campaign twice does nothing the
+are written to a staging folder and renamed when complete). Running the campaign twice does nothing the
 second time. Once every run has a record, `write_results_table` writes `results.md` and `results.json`
 (mean and spread over seeds, the median seed's sacreBLEU with its 95% bootstrap interval, the paired
 bootstrap against the baseline run) and the two pictures of `plotting.py`.
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from .files import atomic_write_json, atomic_write_text
+from .files import atomic_directory, atomic_write_json, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, to
 
 def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_dir: Path, averaged: Path,
                   test_dir: Path, record: Path, environment: dict):
-    """The small files the table needs, written to `record.partial/` and renamed: a record is whole or absent."""
+    """The small files the table needs, written to a staging folder and renamed: a record is whole or absent."""
     state = json.loads((train_dir / "trainer_state.json").read_text())
     train_results = json.loads((train_dir / "train_results.json").read_text())
     config = json.loads((averaged / "config.json").read_text())
@@ -242,17 +242,11 @@ def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_di
         "python": platform.python_version(), "packages": {name: _version(name) for name in PACKAGES},
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
     }
-    staging = record.with_name(record.name + ".partial")
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    shutil.copy(test_dir / "results.json", staging / "test_results.json")
-    shutil.copy(test_dir / "hypotheses.txt", staging / "hypotheses.txt")
-    (staging / "log_history.json").write_text(json.dumps(history, indent=1) + "\n")
-    (staging / "record.json").write_text(json.dumps(info, indent=2) + "\n")
-    if record.exists():
-        shutil.rmtree(record)
-    staging.rename(record)
+    with atomic_directory(record, replace=True) as staging:
+        shutil.copy(test_dir / "results.json", staging / "test_results.json")
+        shutil.copy(test_dir / "hypotheses.txt", staging / "hypotheses.txt")
+        (staging / "log_history.json").write_text(json.dumps(history, indent=1) + "\n")
+        (staging / "record.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
 def default_record_dir(experiment: Experiment) -> Path:
@@ -382,15 +376,12 @@ def _references(experiment: Experiment) -> list[str]:
 
 
 def _staged(command: list[str], output: Path, environment: dict, what: str, log: Path):
-    """Run a stage that writes `--output_dir` into `output.partial`, then rename it: whole or absent."""
-    staging = output.with_name(output.name + ".partial")
-    if staging.exists():
-        shutil.rmtree(staging)  # left by an interrupted stage
-    staged = [str(staging) if part == str(output) else part for part in command]
-    if "--output_dir" not in command:
-        staged += ["--output_dir", str(staging)]
-    _run(staged, environment, log, what)
-    staging.rename(output)
+    """Run a stage that writes `--output_dir` into a staging folder, then rename it: whole or absent."""
+    with atomic_directory(output, replace=True) as staging:
+        staged = [str(staging) if part == str(output) else part for part in command]
+        if "--output_dir" not in command:
+            staged += ["--output_dir", str(staging)]
+        _run(staged, environment, log, what)
 
 
 def _run(command: list[str], environment: dict, log: Path, what: str):
