@@ -13,6 +13,7 @@ from transformers import PreTrainedConfig
 
 from . import MEMBERS as FAMILY_MEMBERS
 from .configuration_translation import TranslationTransformerConfig
+from .pipeline_translation import OPUS100_LANGUAGES
 
 SIZES = {
     "base": dict(d_model=512, ffn_dim=2048, encoder_attention_heads=8, decoder_attention_heads=8, dropout=0.1),
@@ -27,6 +28,16 @@ LAYERS = (6, 12, 18, 24)
 # instead of every size x LAYERS (`FamilyMember.hub_depths`).
 HUB_DEPTHS = {preset: depths for member in FAMILY_MEMBERS for preset, depths in member.hub_depths.items()}
 PAPER_VOCAB_SIZE = 35603
+
+# 001 §3.5's multilingual setting (OPUS-100 many-to-many, following Zhang et al. 2020): the 6+6 base model,
+# one 64k joint vocabulary, every English-centric direction (99 languages with English, both ways), for the
+# depth-wise LSTM and the residual baseline (pre-norm: our choice; the papers compare with Zhang et al.'s numbers).
+OPUS100_PAIRS = [pair for language in OPUS100_LANGUAGES if language != "en" for pair in (f"en-{language}", f"{language}-en")]
+OPUS100_SETTING = dict(vocab_size=64000, language_pairs=OPUS100_PAIRS)
+for _member in ("dwlstm", "residual-prenorm"):
+    _config_class, _fields = MEMBERS[_member]
+    MEMBERS[f"{_member}-opus100"] = (_config_class, {**_fields, **OPUS100_SETTING})
+    HUB_DEPTHS[f"{_member}-opus100"] = [("base", 6, 6)]
 
 
 def paper_config(member: str, size: str = "base", layers: int = 6, **overrides) -> TranslationTransformerConfig:

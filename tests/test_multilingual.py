@@ -417,3 +417,17 @@ def test_model_card_lists_languages_and_per_direction_results(saved_model, tmp_p
     assert "| en-de | 30.00 | 50.00 | 1.0% |" in card and "| de-fr | 9.50 | 50.00 | 25.0% |" in card
     assert "| **zero shot** (1) | 9.50 |" in card
     assert 'translator("A man rides a horse.", src_lang="en", tgt_lang="de", num_beams=4)' in card
+
+
+@pytest.mark.parametrize("name, model_type", [("dwlstm-opus100", "dwlstm"), ("residual-prenorm-opus100", "dwlstm-residual")])
+def test_hub_configs_hold_the_opus100_setting_of_001(name, model_type):
+    """001 §3.5 / Zhang et al. 2020: 6+6 base, a 64k vocabulary, both directions of every English pair."""
+    from pathlib import Path
+
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(Path(__file__).resolve().parents[1] / "hub_configs" / f"{name}-base-6l.json")
+    assert (config.model_type, config.d_model, config.encoder_layers, config.decoder_layers) == (model_type, 512, 6, 6)
+    assert config.vocab_size == 64000 and len(set(config.language_pairs)) == 198  # 99 languages with English, both ways
+    assert {"en-de", "de-en", "en-zu", "zu-en"} <= set(config.language_pairs)
+    assert all("en" in pair.split("-") for pair in config.language_pairs)
