@@ -388,7 +388,8 @@ def test_plot_internals_script_picks_what_the_model_has(tokenizer, corpus_folder
     corpus = ["--data", corpus_folder, "--source_lang", "en", "--target_lang", "de", "--split", "test"]
     for name, config_class, internals in [("dwlstm", DwLstmConfig, "depthwise_lstm_gates"),
                                           ("highway", HighwayTransformerConfig, "sdu_gates"),
-                                          ("ta", TransparentAttentionConfig, "transparent_attention_weights")]:
+                                          ("ta", TransparentAttentionConfig, "transparent_attention_weights"),
+                                          ("dlcl", DlclConfig, "dlcl_weights")]:
         model_dir = save(build(config_class, tokenizer), tokenizer, tmp_path / name)
         run_script("plot_internals", "--model", model_dir, *corpus, "--output_dir", tmp_path / f"{name}-out")
         assert sorted(path.name for path in (tmp_path / f"{name}-out").iterdir()) == [f"{internals}.json",
