@@ -1,0 +1,77 @@
+"""Layer non-linearity analysis (SPEC §6; 000 §4, Tables 6-7): BLEU with each layer replaced by an affine map.
+
+    python scripts/analyze_layers.py --model runs/dwlstm/averaged --data ../shared/data/multi30k \
+        --source_lang en --target_lang de --split test_2016_flickr --train_split train --fit_steps 300 \
+        --output_dir runs/dwlstm/layers --threads 1
+
+For every encoder and decoder layer in turn, the layer is replaced by y = W x + b of its input state
+([o; c] for the depth-wise LSTM), fitted by least squares to the layer's true output on --fit_steps batches
+of training pairs with the model frozen; the test split is decoded with beam search and scored. Writes
+layer_nonlinearity.json (BLEU and Δ (%) per layer), layer_nonlinearity.png and hypotheses/<row>.txt into
+--output_dir. The work is done by `modeling_dwlstm.analysis.layer_nonlinearity`.
+"""
+
+import argparse
+from pathlib import Path
+
+import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
+from modeling_dwlstm.analysis import layer_nonlinearity
+from modeling_dwlstm.checkpoints import load_saved_model, load_saved_tokenizer
+from modeling_dwlstm.cli import exit_on_error
+from modeling_dwlstm.data import load_parallel_corpus
+from modeling_dwlstm.evaluation import DEFAULT_MAX_TOKENS, write_lines
+from modeling_dwlstm.files import atomic_write_json, prepare_output_dir, set_threads
+from modeling_dwlstm.plotting_analysis import plot_layer_nonlinearity
+
+
+def read_pairs(args, split: str, max_pairs: int | None) -> list[tuple[str, str]]:
+    pairs = load_parallel_corpus(args.data, args.source_lang, args.target_lang, split, max_pairs=max_pairs)
+    return [(pair[args.source_lang], pair[args.target_lang]) for pair in pairs["translation"]]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="A saved model directory (with its tokenizer).")
+    parser.add_argument("--data", required=True, help="Corpus: a folder of {split}.{lang}[.gz], JSON lines or a Hub name.")
+    parser.add_argument("--source_lang", required=True)
+    parser.add_argument("--target_lang", required=True)
+    parser.add_argument("--split", default="test", help="The split decoded and scored.")
+    parser.add_argument("--train_split", default="train", help="The split the affine maps are fitted on.")
+    parser.add_argument("--fit_steps", type=int, default=300, help="Training batches the maps are fitted on.")
+    parser.add_argument("--fit_batch_size", type=int, default=64, help="Sentence pairs per fitting batch.")
+    parser.add_argument("--max_sentences", type=int, default=None, help="Decode only the first N test sentences.")
+    parser.add_argument("--num_beams", type=int, default=4, help="Beam size (the papers: 4).")
+    parser.add_argument("--max_tokens", type=int, default=DEFAULT_MAX_TOKENS, help="Source tokens per decoding batch.")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's).")
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into a non-empty --output_dir.")
+    args = parser.parse_args(argv)
+
+    set_threads(args.threads)
+    output_dir = prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before any work
+    tokenizer = load_saved_tokenizer(args.model, "--model")
+    model = load_saved_model(args.model, "--model").to(args.device)
+    train_pairs = read_pairs(args, args.train_split, args.fit_steps * args.fit_batch_size)
+    test_pairs = read_pairs(args, args.split, args.max_sentences)
+    results = layer_nonlinearity(model, tokenizer, train_pairs, test_pairs, fit_steps=args.fit_steps,
+                                 batch_size=args.fit_batch_size, num_beams=args.num_beams, max_tokens=args.max_tokens,
+                                 target_lang=args.target_lang)
+    for name, hypotheses in results.pop("hypotheses").items():
+        write_lines(hypotheses, output_dir / "hypotheses" / f"{name}.txt")
+    results = {"model": args.model, "data": args.data, "split": args.split, "train_split": args.train_split, **results}
+    atomic_write_json(output_dir / "layer_nonlinearity.json", results)
+    plot_layer_nonlinearity(results, output_dir / "layer_nonlinearity.png", title=f"{Path(args.model).name}: BLEU "
+                            "with one layer replaced by y = W x + b (000 §4)")
+    print(f"{'layer':<12}{'sacreBLEU':>10}{'Δ (%)':>9}{'tok. BLEU':>11}{'Δ (%)':>9}{'unexplained var.':>18}")
+    print(f"{'none':<12}{results['full']['sacrebleu']:>10.2f}{0:>9.2f}{results['full']['tokenized_bleu']:>11.2f}{0:>9.2f}")
+    for row in results["layers"]:
+        deltas = [row[f"{metric}_delta_percent"] for metric in ("sacrebleu", "tokenized_bleu")]
+        deltas = [f"{delta:>9.2f}" if delta is not None else f"{'n/a':>9}" for delta in deltas]
+        print(f"{row['stack'] + ' ' + str(row['layer']):<12}{row['sacrebleu']:>10.2f}{deltas[0]}"
+              f"{row['tokenized_bleu']:>11.2f}{deltas[1]}{row['unexplained_variance']:>18.4f}")
+    print(f"Wrote {output_dir / 'layer_nonlinearity.json'} and {output_dir / 'layer_nonlinearity.png'}")
+
+
+if __name__ == "__main__":
+    exit_on_error(main)
