@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .evaluation import DEFAULT_MAX_TOKENS, score_translations, translate_sentences
+from .modeling_translation import LayerOutput, LayerState
 
 STACKS = ("encoder", "decoder")
 GATE_NAMES = ("input", "forget", "output")  # the order DepthwiseLstmGates returns them in
@@ -82,7 +83,7 @@ def state_features(state) -> torch.Tensor:
 
 class AffineLayer(nn.Module):
     """y = W_d x + b_d (000 Eq. 12) in place of an encoder layer; x, y are `state_features` of the
-    layer's input and output states. Called like an encoder layer: (state, mask, output_attentions)."""
+    layer's input and output states. Called like an encoder layer (`TranslationLayer`)."""
 
     def __init__(self, layer: nn.Module, in_features: int, out_features: int, has_cell: bool):
         super().__init__()
@@ -90,15 +91,15 @@ class AffineLayer(nn.Module):
         self.has_cell = has_cell
         self.initial_state = layer.initial_state  # a stack asks its first layer for the embeddings' state
 
-    def map_state(self, state):
+    def map_state(self, state: LayerState) -> LayerState:
         features = self.linear(state_features(state))  # (B, T, out_features)
         if not self.has_cell:
-            return state._replace(output=features, cell=None)
+            return LayerState(output=features)
         output, cell = features.chunk(2, dim=-1)  # (B, T, d) each
-        return state._replace(output=output, cell=cell)
+        return LayerState(output=output, cell=cell)
 
-    def forward(self, state, attention_mask=None, output_attentions=False):
-        return self.map_state(state), (None,)
+    def forward(self, output, cell=None, *, attention_mask=None, output_attentions=False):
+        return LayerOutput(*self.map_state(LayerState(output, cell)))
 
 
 class AffineDecoderLayer(AffineLayer):
@@ -111,13 +112,12 @@ class AffineDecoderLayer(AffineLayer):
         super().__init__(layer, in_features, out_features, has_cell)
         self.layer_idx = layer_idx
 
-    def forward(self, state, encoder_hidden_states=None, encoder_mask=None, self_mask=None, past_key_values=None,
-                output_attentions=False):
+    def forward(self, output, cell=None, encoder_hidden_states=None, *, attention_mask=None,
+                encoder_attention_mask=None, past_key_values=None, output_attentions=False):
         if past_key_values is not None:
-            output = state.output
             placeholder = output.new_zeros(output.shape[0], 1, output.shape[1], 1)  # (B, 1, T, 1)
             past_key_values.self_attention_cache.update(placeholder, placeholder, self.layer_idx)
-        return self.map_state(state), (None, None)
+        return LayerOutput(*self.map_state(LayerState(output, cell)))
 
 
 @contextlib.contextmanager
@@ -192,10 +192,11 @@ def fit_affine_layers(model, batches: Iterable[dict], layers: Sequence[tuple[str
 
     def capture(key):
         def hook(module, args, output):
-            inputs, targets = state_features(args[0]), state_features(output[0])  # (B, T, in), (B, T, out)
+            before, after = LayerState(*args[:2]), LayerState(output.output, output.cell)  # the layer's call and LayerOutput
+            inputs, targets = state_features(before), state_features(after)  # (B, T, in), (B, T, out)
             if key not in sums:
                 sums[key] = LeastSquares(inputs.shape[-1], targets.shape[-1], inputs.device)
-                has_cell[key] = output[0].cell is not None
+                has_cell[key] = after.cell is not None
             real = masks[key[0]].to(inputs.device)
             sums[key].add(inputs[real], targets[real])
         return hook

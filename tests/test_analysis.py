@@ -31,6 +31,7 @@ from modeling_dwlstm.analysis import (
     tokenized_batches,
     transparent_attention_weights,
 )
+from modeling_dwlstm.modeling_translation import LayerOutput, LayerState
 from modeling_dwlstm.plotting_analysis import (
     plot_gate_statistics,
     plot_layer_nonlinearity,
@@ -79,13 +80,13 @@ class AffineStub(nn.Module):
         self.layer, self.initial_state = layer, layer.initial_state
         self.linear = nn.Linear(features, features)
 
-    def forward(self, state, *args):
-        _, weights = self.layer(state, *args)
+    def forward(self, output, cell=None, *args, **kwargs):
+        weights = self.layer(output, cell, *args, **kwargs)[2:]
+        state = LayerState(output, cell)
         features = self.linear(state_features(state))
-        if state.cell is None:
-            return state._replace(output=features), weights
-        output, cell = features.chunk(2, dim=-1)
-        return state._replace(output=output, cell=cell), weights
+        if cell is None:
+            return LayerOutput(features, None, *weights)
+        return LayerOutput(*features.chunk(2, dim=-1), *weights)
 
 
 # ---------------------------------------------------------------------------------------------
