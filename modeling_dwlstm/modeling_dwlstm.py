@@ -132,6 +132,12 @@ class DepthwiseLstmGates(nn.Linear):
         self.norm_weight = nn.Parameter(torch.ones(3, d_model))
         self.norm_bias = nn.Parameter(torch.zeros(3, d_model))
 
+    def reset_parameters(self):
+        """Zeros instead of nn.Linear's Kaiming draw (`_init_weights` sets the real values): drawing no random
+        numbers here keeps a seeded model's weights what they were before the gates became an nn.Linear."""
+        nn.init.zeros_(self.weight)
+        nn.init.zeros_(self.bias)
+
     def init_parameters(self):
         init.ones_(self.norm_weight)
         init.zeros_(self.norm_bias)
