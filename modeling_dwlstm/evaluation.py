@@ -31,6 +31,7 @@ from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from .batching import pack_by_tokens
 from .files import atomic_write_json, atomic_write_text, prepare_output_dir, read_lines, set_threads
+from .precision import DTYPES, QUANTIZATIONS, check_precision, prepare_for_inference
 
 logger = logging.getLogger(__name__)
 
@@ -237,6 +238,12 @@ class EvaluationArguments:
         "Write into a non-empty --output_dir, replacing its hypotheses.txt and results.json (refused otherwise).")})
     threads: int | None = field(default=None, metadata={"help": (
         "torch CPU threads (default: torch's). On a busy machine 1 can be several times faster.")})
+    dtype: str = field(default="float32", metadata={"choices": list(DTYPES), "help": (
+        "Weights and activations in float32 or bfloat16 (faster on CPUs with native bfloat16; see "
+        "modeling_dwlstm.precision).")})
+    quantize: str = field(default="none", metadata={"choices": list(QUANTIZATIONS), "help": (
+        "int8: every projection, the output projection included, int8 weights and dynamic int8 activations "
+        "(torchao; pip install 'modeling-dwlstm[quantize]').")})
 
 
 def run_evaluation(args: EvaluationArguments) -> dict:
@@ -245,9 +252,10 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     Returns the results (also in `output_dir`/results.json): the scores of `score_translations`, the
     decoding settings and speed, and, with `baseline_hypotheses`, the paired bootstrap test.
     """
-    from .checkpoints import load_saved_model, load_saved_tokenizer
+    from .checkpoints import load_saved_tokenizer
 
     set_threads(args.threads)
+    check_precision(args.dtype, args.quantize)
     if args.language_pairs:
         from .multilingual import evaluate_directions
 
@@ -265,8 +273,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
         check_parallel(baseline, references, f"baseline hypotheses in {args.baseline_hypotheses}", "references")
     prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before loading and decoding, not after
     tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
-    model = load_saved_model(args.model, "--model", trust_remote_code=args.trust_remote_code)
-    model.to(args.device)
+    model = load_model_for_evaluation(args)
     translations = translate_sentences(
         model, tokenizer, sources, num_beams=args.num_beams, length_penalty=args.length_penalty,
         max_tokens=args.max_tokens, language_tag=args.target_lang if args.add_language_tag else None,
@@ -286,6 +293,8 @@ def run_evaluation(args: EvaluationArguments) -> dict:
         "seconds": round(translations.seconds, 3),
         "sentences_per_second": round(translations.sentences_per_second, 2),
         "device": str(model.device),
+        "dtype": args.dtype,
+        "quantize": args.quantize,
     }
     if baseline is not None:
         results["paired_bootstrap"] = {
@@ -295,6 +304,16 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     write_lines(translations.hypotheses, hypotheses_path)
     write_json(results, Path(args.output_dir) / "results.json")
     return results
+
+
+def load_model_for_evaluation(args: EvaluationArguments):
+    """The model of `args.model` on `args.device`, in `args.dtype` and quantised as `args.quantize` says
+    (`precision.prepare_for_inference`); the settings are checked before the model is loaded."""
+    from .checkpoints import load_saved_model
+
+    check_precision(args.dtype, args.quantize)
+    model = load_saved_model(args.model, "--model", trust_remote_code=args.trust_remote_code)
+    return prepare_for_inference(model.to(args.device), dtype=args.dtype, quantize=args.quantize)
 
 
 def _read_test_set(args: EvaluationArguments) -> tuple[list[str], list[str]]:

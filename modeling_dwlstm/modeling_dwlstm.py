@@ -112,28 +112,38 @@ class DwLstmConfig(DepthWiseConfig):
 # ---------------------------------------------------------------------------------------------
 
 
-class DepthwiseLstmGates(nn.Module):
-    """i, f, g = sigmoid(LN_k(W_k c + b_k)), k = input, forget, output: one matmul for the three gates,
-    then a LayerNorm per gate (weights of shape (3, d)) done as one batched normalisation."""
+class DepthwiseLstmGates(nn.Linear):
+    """The three gates at once: z = W c + b with rows W_i, W_f, W_o (weight (3d, input)), then
+
+        i, f, g = sigmoid(LN_k(z_k))   k = input, forget, output   (`activations`)
+
+    with a LayerNorm per gate (weights (3, d)) done as one batched normalisation. `forward` is
+    nn.Linear's, the linear map alone, so that quantisers, LoRA and pruning tools see the gate projection
+    as the projection it is and a wrapper around it stays correct; the step applies `activations` after
+    it. `blocks = 3` makes the skeleton's `_init_weights` Xavier-initialise each W_k as its own matrix
+    (SPEC §1); the LayerNorm parameters are set by `init_parameters` (see `GateInitialisation`).
+    """
+
+    blocks = 3
 
     def __init__(self, input_dim: int, d_model: int):
-        super().__init__()
+        super().__init__(input_dim, 3 * d_model)
         self.d_model = d_model
-        self.weight = nn.Parameter(torch.empty(3 * d_model, input_dim))  # rows: W_i, W_f, W_o
-        self.bias = nn.Parameter(torch.zeros(3 * d_model))
         self.norm_weight = nn.Parameter(torch.ones(3, d_model))
         self.norm_bias = nn.Parameter(torch.zeros(3, d_model))
 
+    def reset_parameters(self):
+        """Zeros instead of nn.Linear's Kaiming draw (`_init_weights` sets the real values): drawing no random
+        numbers here keeps a seeded model's weights what they were before the gates became an nn.Linear."""
+        nn.init.zeros_(self.weight)
+        nn.init.zeros_(self.bias)
+
     def init_parameters(self):
-        if not getattr(self.weight, "_is_hf_initialized", False):
-            for gate_weight in self.weight.chunk(3):  # Xavier per gate, as for three separate W_k
-                nn.init.xavier_uniform_(gate_weight)
-        init.zeros_(self.bias)
         init.ones_(self.norm_weight)
         init.zeros_(self.norm_bias)
 
-    def forward(self, concatenated: torch.Tensor):
-        gates = F.linear(concatenated, self.weight, self.bias).unflatten(-1, (3, self.d_model))  # (B, T, 3, d)
+    def activations(self, projected: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        gates = projected.unflatten(-1, (3, self.d_model))  # (B, T, 3, d)
         gates = F.layer_norm(gates, (self.d_model,)) * self.norm_weight + self.norm_bias
         return torch.sigmoid(gates).unbind(-2)  # three (B, T, d)
 
@@ -201,14 +211,23 @@ class DepthwiseLstm(nn.Module):
         stack = scope[0]
         gate_scope = {"global": (), "per_stack": (stack,), "none": scope}[config.share_gates]
         hidden_scope = (stack,) if config.share_hidden else scope
-        gates, owns_gates = shared_modules.get(
-            ("gates", input_dim, *gate_scope), lambda: DepthwiseLstmGates(input_dim, config.d_model)
-        )
+        # The gates live in the first step of their scope (their owner; a checkpoint holds them once) and every
+        # step calls them there (`gates`): a tool that replaces the owner's child (a LoRA wrapper) reaches all
+        # steps, where a plain reference would keep the bare projection in every step but the owner.
+        owner, owns_gates = shared_modules.get(("gates", input_dim, *gate_scope), lambda: self)
+        if owns_gates:
+            self.gates = DepthwiseLstmGates(input_dim, config.d_model)
+        object.__setattr__(self, "gates_owner", owner)  # plain attributes: registered once, by the owner
+        object.__setattr__(self, "built_gates", owner.gates)  # keeps the LayerNorm parameters a wrapper lacks
         hidden, owns_hidden = shared_modules.get(
             ("hidden", input_dim, *hidden_scope), lambda: LSTM_HIDDEN_CLASSES[config.lstm_hidden](input_dim, config)
         )
-        attach_shared(self, "gates", gates, owns_gates)
-        attach_shared(self, "hidden", hidden, owns_hidden)
+        attach_shared(self, "hidden", hidden, owns_hidden)  # tools replace the Linear maps inside it: seen by all
+
+    @property
+    def gates(self) -> nn.Module:
+        """The gate projection as installed in its owner: `DepthwiseLstmGates`, or what a tool put in its place."""
+        return self.gates_owner._modules["gates"]
 
     @staticmethod
     def initial_state(embeddings: torch.Tensor) -> LayerState:
@@ -216,7 +235,7 @@ class DepthwiseLstm(nn.Module):
 
     def forward(self, x: torch.Tensor, state: LayerState) -> LayerState:
         concatenated = torch.cat([x, state.output], dim=-1)  # (B, T, input_dim)
-        input_gate, forget_gate, output_gate = self.gates(concatenated)
+        input_gate, forget_gate, output_gate = self.built_gates.activations(self.gates(concatenated))  # (B, T, d) each
         cell = forget_gate * state.cell + input_gate * self.hidden(concatenated)
         return LayerState(output=output_gate * cell, cell=cell)
 
@@ -320,7 +339,18 @@ class TwoLstmDecoderLayer(TranslationLayer):
 # ---------------------------------------------------------------------------------------------
 
 
-class DwLstmModel(TranslationTransformerModel):
+class GateInitialisation:
+    """The skeleton's `_init_weights` plus the gates' LayerNorm parameters: `DepthwiseLstmGates` is an
+    `nn.Linear`, so the skeleton initialises its W and b (per gate) and never reaches its `init_parameters`."""
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        super()._init_weights(module)
+        if isinstance(module, DepthwiseLstmGates):
+            module.init_parameters()
+
+
+class DwLstmModel(GateInitialisation, TranslationTransformerModel):
     config_class = DwLstmConfig
     _no_split_modules = ["DepthwiseLstmEncoderLayer", "DepthwiseLstmDecoderLayer", "TwoLstmDecoderLayer"]
 
@@ -330,7 +360,7 @@ class DwLstmModel(TranslationTransformerModel):
         return DepthwiseLstmEncoderLayer, TwoLstmDecoderLayer if two_lstm else DepthwiseLstmDecoderLayer
 
 
-class DwLstmForConditionalGeneration(TranslationTransformerForConditionalGeneration):
+class DwLstmForConditionalGeneration(GateInitialisation, TranslationTransformerForConditionalGeneration):
     config_class = DwLstmConfig
     base_model_class = DwLstmModel
     _no_split_modules = DwLstmModel._no_split_modules

@@ -383,9 +383,10 @@ def evaluate_directions(args) -> dict:
     ``averages`` per group (`direction_groups`) and, given `args.baseline_results`, ``win_ratio`` (over
     sacreBLEU) with ``paired_bootstrap`` per direction (against the baseline's hypotheses of that direction).
     """
-    from .checkpoints import load_saved_model, load_saved_tokenizer
+    from .checkpoints import load_saved_tokenizer
     from .evaluation import (
         check_parallel,
+        load_model_for_evaluation,
         paired_bootstrap,
         read_lines,
         score_translations,
@@ -419,8 +420,7 @@ def evaluate_directions(args) -> dict:
                        f"baseline hypotheses in {baseline[name]}", f"the {name} references")
     prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before loading and decoding, not after
     tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
-    model = load_saved_model(args.model, "--model", trust_remote_code=args.trust_remote_code)
-    model.to(args.device)
+    model = load_model_for_evaluation(args)
     tagged = [tag_source(pair[name.split("-")[0]], name.split("-")[1]) for name in names for pair in tests[name]]
     translations = translate_sentences(
         model, tokenizer, tagged, num_beams=args.num_beams, length_penalty=args.length_penalty,
@@ -447,7 +447,8 @@ def evaluate_directions(args) -> dict:
         "length_penalty": args.length_penalty, "max_tokens": args.max_tokens,
         "language_id": "py3langid, restricted to the evaluated languages" if identifier else None,
         "seconds": round(translations.seconds, 3), "sentences_per_second": round(translations.sentences_per_second, 2),
-        "device": str(model.device), "directions": directions, "averages": group_averages(directions, groups),
+        "device": str(model.device), "dtype": args.dtype, "quantize": args.quantize,
+        "directions": directions, "averages": group_averages(directions, groups),
     }
     if baseline is not None:
         baseline_scores = json.loads(Path(args.baseline_results).read_text())["directions"]

@@ -4,6 +4,7 @@
         --data wmt14 --split test --source_lang en --target_lang de --num_beams 4
     python scripts/evaluate_translation.py --model my-model --output_dir eval \
         --source_file test.en --reference_file test.de --target_lang de --baseline_hypotheses other/hypotheses.txt
+    python scripts/evaluate_translation.py ... --dtype bfloat16 --quantize int8   # low precision (precision.py)
 
 Writes `hypotheses.txt` (input order) and `results.json` into --output_dir and prints the results.
 The work is done by `modeling_dwlstm.evaluation.run_evaluation`.
@@ -17,6 +18,11 @@ import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto 
 from modeling_dwlstm.cli import exit_on_error
 from modeling_dwlstm.evaluation import EvaluationArguments, run_evaluation
 
+
+def main(argv=None):
+    (arguments,) = HfArgumentParser(EvaluationArguments).parse_args_into_dataclasses(args=argv)
+    print(json.dumps(run_evaluation(arguments), indent=2, ensure_ascii=False))
+
+
 if __name__ == "__main__":
-    (arguments,) = HfArgumentParser(EvaluationArguments).parse_args_into_dataclasses()
-    print(json.dumps(exit_on_error(run_evaluation, arguments), indent=2, ensure_ascii=False))
+    exit_on_error(main)

@@ -46,10 +46,14 @@ def test_first_encoder_and_decoder_layers_follow_the_depthwise_lstm_wiring(merge
 
 
 class OpenGates(nn.Module):
-    """i = 1, f = 0, g = 1: c_l = h and o_l = h, the depth-wise LSTM step reduced to its hidden module."""
+    """i = 1, f = 0, g = 1: c_l = h and o_l = h, the depth-wise LSTM step reduced to its hidden module. In the
+    place of `DepthwiseLstmGates`: a projection that passes its input on, and activations that ignore it."""
 
     def forward(self, concatenated):
-        ones = concatenated.new_ones(*concatenated.shape[:-1], 1)
+        return concatenated
+
+    def activations(self, projected):
+        ones = projected.new_ones(*projected.shape[:-1], 1)
         return ones, torch.zeros_like(ones), ones
 
 
@@ -64,6 +68,7 @@ def test_equals_the_depthwise_lstm_with_input_and_output_gates_open_and_forget_g
     for module in lstm.modules():
         if isinstance(module, DepthwiseLstm):
             module.gates = OpenGates()  # with share_gates="none" every step owns its gates: no parameters remain
+            object.__setattr__(module, "built_gates", module.gates)  # whose activations the step applies
     renamed = {k.replace("depthwise_rnn.", "depthwise_lstm."): v for k, v in rnn.state_dict().items()}
     lstm.load_state_dict(renamed, strict=True)
     inputs = dict(input_ids=random_ids(2, 6), decoder_input_ids=random_ids(2, 5, seed=2))

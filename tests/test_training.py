@@ -138,6 +138,34 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(setup, tmp_pa
     assert output.shape[0] == 1
 
 
+def test_bf16_training_runs_on_the_cpu_and_tracks_the_float32_loss(setup, tmp_path):
+    """`--bf16` as a user passes it: without an accelerator it trains on the CPU under autocast(bfloat16)
+    (transformers alone would ask for --use_cpu); the same steps give finite losses close to float32's."""
+    command_line = ["--model_name_or_path", "m", "--dataset", "d", "--output_dir", str(tmp_path / "parsed"), "--bf16"]
+    assert parse_training_arguments(command_line)[2].use_cpu != torch.accelerator.is_available()
+    losses = {}
+    for name, bf16 in (("float32", False), ("bfloat16", True)):
+        logits = RecordLogitDtypes()
+        trainer = train_translation(*arguments(setup, tmp_path / name, max_steps=4, save_steps=100, bf16=bf16),
+                                    callbacks=[logits])
+        losses[name] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        assert len(losses[name]) == 4 and logits.dtypes == {torch.bfloat16 if bf16 else torch.float32}
+        assert all(parameter.dtype == torch.float32 for parameter in trainer.model.parameters())  # master weights
+    assert all(math.isfinite(loss) for loss in losses["bfloat16"])
+    # Measured: the four losses (about 6.0) differ by at most 6e-4; 0.5% leaves room for other CPUs' kernels.
+    np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=0.005)
+
+
+class RecordLogitDtypes(TrainerCallback):
+    """The dtype of the logits in every forward pass of the training run (bfloat16 under autocast)."""
+
+    def __init__(self):
+        self.dtypes = set()
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        model.lm_head.register_forward_hook(lambda module, inputs, output: self.dtypes.add(output.dtype))
+
+
 def test_a_run_killed_while_saving_leaves_no_checkpoint(setup, tmp_path, monkeypatch):
     def killed(self, output_dir):
         raise KeyboardInterrupt("killed while writing the RNG state")

@@ -1,0 +1,170 @@
+"""Export the residual Transformer baselines to CTranslate2, the inference engine users deploy with.
+
+`export_ctranslate2(model_dir, output_dir, quantization=None)` (what `scripts/export_ctranslate2.py`
+runs) converts a saved residual pre-norm or post-norm model of this family, with its tokenizer, into a
+CTranslate2 model directory:
+
+    import ctranslate2
+    from transformers import AutoTokenizer
+
+    translator = ctranslate2.Translator("my-model-ct2", device="cpu", compute_type="int8")
+    tokenizer = AutoTokenizer.from_pretrained("my-model")
+    source = tokenizer.convert_ids_to_tokens(tokenizer("A man is riding a bike.")["input_ids"])
+    target = translator.translate_batch([source], beam_size=4)[0].hypotheses[0]
+    print(tokenizer.decode(tokenizer.convert_tokens_to_ids(target)))
+
+Those members are standard Transformers, which CTranslate2's `TransformerSpec` describes: the mapping
+below fills it as its own converters do (`ctranslate2.converters.transformers.BartLoader`, whose Marian
+variant the issue-14 benchmark uses). Ours: fused [q; k; v] and [k; v] projections (CTranslate2's own
+layout), sqrt(d)-scaled embeddings plus the model's position table (sinusoidal or learned, positions from
+0), each sub-layer's LayerNorm before it (pre-norm) or after the residual sum (post-norm), and a final
+LayerNorm on each stack. That last one is where post-norm needs care: CTranslate2's post-norm spec has no
+final LayerNorm, while our post-norm stacks end with one (SPEC §1, see `ResidualTransformerConfig`), so
+the spec is built as a pre-norm one (which has them) and then flagged post-norm; CTranslate2 applies the
+LayerNorm it is given, as `tests/test_ctranslate2_export.py` checks (log-probabilities within 1e-5 and
+greedy outputs equal to `generate()`'s, for both norm positions). Every other member (depth-wise LSTM
+and RNN, DLCL, transparent attention, highway, ReZero) changes what connects the layers, which that spec
+cannot express: they are refused, and their fast path is `precision.prepare_for_inference`.
+
+The export is float32 unless `quantization` says otherwise; CTranslate2 also converts at load time
+(`compute_type="int8"`), so one float32 export serves every precision.
+"""
+
+from pathlib import Path
+
+from .files import prepare_output_dir
+
+EXPORTABLE_MODEL_TYPE = "dwlstm-residual"
+INSTALL_CTRANSLATE2 = "pip install 'modeling-dwlstm[ctranslate2]' (or: pip install ctranslate2)"
+
+
+def export_ctranslate2(model_dir: str, output_dir: str, quantization: str | None = None,
+                       overwrite: bool = False) -> str:
+    """Convert the saved residual model in `model_dir` (with its tokenizer) into a CTranslate2 model in
+    `output_dir`; `quantization` is CTranslate2's weight type ("int8", "int8_float32", "float16", ..., None
+    for float32). Returns `output_dir`."""
+    from .checkpoints import load_saved_model, load_saved_tokenizer
+
+    converter_class = _converter_class()
+    check_quantization(quantization)
+    if Path(output_dir).resolve() in (Path(model_dir).resolve(), *Path(model_dir).resolve().parents):
+        raise ValueError(f"--output_dir {output_dir} holds the model being exported (the export replaces the "
+                         "whole folder); choose a folder outside it.")
+    model = load_saved_model(model_dir, "--model")
+    check_exportable(model)
+    tokenizer = load_saved_tokenizer(model_dir, "--model")
+    prepare_output_dir(output_dir, overwrite)
+    return converter_class(model, tokenizer).convert(str(output_dir), quantization=quantization, force=True)
+
+
+def check_exportable(model) -> None:
+    """A one-line ValueError unless `model` is a residual (pre- or post-norm) translation model."""
+    model_type = getattr(model.config, "model_type", None)
+    if model_type != EXPORTABLE_MODEL_TYPE:
+        raise ValueError(
+            f"CTranslate2 export takes the residual pre-norm and post-norm models ({EXPORTABLE_MODEL_TYPE}); this is "
+            f"{model_type}, whose connections between layers CTranslate2's Transformer cannot express: decode it "
+            "with generate() (modeling_dwlstm.precision.prepare_for_inference for bfloat16 / int8).")
+    activation = model.config.activation_function
+    if activation not in ("relu", "gelu", "silu"):
+        raise ValueError(f"CTranslate2 has no {activation!r} feed-forward activation; relu, gelu and silu convert.")
+
+
+def check_quantization(quantization: str | None) -> None:
+    from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
+
+    if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
+        raise ValueError(f"quantization must be one of {', '.join(ACCEPTED_MODEL_TYPES)} (or none for float32), "
+                         f"got {quantization!r}.")
+
+
+def transformer_spec(model, tokenizer):
+    """The filled `ctranslate2.specs.TransformerSpec` of a residual model (see the module docstring)."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    config = model.config
+    pre_norm = config.norm_position == "pre"
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+                  "silu": common_spec.Activation.SWISH}[config.activation_function]
+    spec = transformer_spec.TransformerSpec.from_config(  # pre_norm=True: the spec then has the final LayerNorms
+        (config.encoder_layers, config.decoder_layers), config.encoder_attention_heads, pre_norm=True,
+        activation=activation,
+    )
+    spec.encoder.pre_norm = spec.decoder.pre_norm = pre_norm
+    spec.decoder.num_heads = type(spec.decoder.num_heads)(config.decoder_attention_heads)  # int16, as the spec has it
+    for stack_spec, stack in ((spec.encoder, model.model.encoder), (spec.decoder, model.model.decoder)):
+        _set_stack(stack_spec, stack)
+    spec.decoder.projection.weight = model.lm_head.weight
+    tokens = tokenizer.convert_ids_to_tokens(list(range(config.vocab_size)))
+    tokens = [token if token is not None else f"<unused{i}>" for i, token in enumerate(tokens)]  # rows past the tokenizer
+    spec.register_source_vocabulary(tokens)
+    spec.register_target_vocabulary(tokens)
+    spec.config.bos_token = tokenizer.bos_token
+    spec.config.eos_token = tokenizer.eos_token
+    spec.config.unk_token = tokenizer.unk_token
+    spec.config.decoder_start_token = tokenizer.convert_ids_to_tokens(config.decoder_start_token_id)
+    return spec
+
+
+def _set_stack(spec, stack) -> None:
+    embeddings = stack.embeddings
+    spec.scale_embeddings = embeddings.scale
+    token_spec = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # the encoder's: a list
+    token_spec.weight = embeddings.token_embedding.weight
+    positions = embeddings.positions
+    spec.position_encodings.encodings = positions.table if hasattr(positions, "table") else positions.weight
+    _set_layer_norm(spec.layer_norm, stack.final_layer_norm)
+    for layer_spec, layer in zip(spec.layer, stack.layers):
+        _set_attention(layer_spec.self_attention, layer.self_attn)
+        _set_layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_residual.norm)
+        if hasattr(layer, "cross_attn"):
+            _set_attention(layer_spec.attention, layer.cross_attn)
+            _set_layer_norm(layer_spec.attention.layer_norm, layer.cross_attn_residual.norm)
+        _set_linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
+        _set_linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
+        _set_layer_norm(layer_spec.ffn.layer_norm, layer.ffn_residual.norm)
+
+
+def _set_attention(spec, attention) -> None:
+    if attention.is_cross_attention:  # linear[0]: queries, linear[1]: [keys; values], CTranslate2's layout
+        _set_linear(spec.linear[0], attention.q_proj)
+        _set_linear(spec.linear[1], attention.kv_proj)
+    else:  # linear[0]: [queries; keys; values]
+        _set_linear(spec.linear[0], attention.qkv_proj)
+    _set_linear(spec.linear[-1], attention.out_proj)
+
+
+def _set_linear(spec, linear) -> None:
+    spec.weight = linear.weight
+    spec.bias = linear.bias
+
+
+def _set_layer_norm(spec, norm) -> None:
+    spec.gamma = norm.weight
+    spec.beta = norm.bias
+
+
+def _converter_class():
+    try:
+        from ctranslate2.converters import Converter
+    except ImportError as error:
+        raise ValueError(f"CTranslate2 export needs ctranslate2: {INSTALL_CTRANSLATE2}.") from error
+
+    class ResidualTransformerConverter(Converter):
+        """`ctranslate2.converters.Converter` for a loaded residual model and its tokenizer."""
+
+        def __init__(self, model, tokenizer):
+            self.model, self.tokenizer = model, tokenizer
+
+        def _load(self):
+            return transformer_spec(self.model, self.tokenizer)
+
+    return ResidualTransformerConverter
+
+
+def ctranslate2_tokens(tokenizer, texts: list[str]) -> list[list[str]]:
+    """The source tokens CTranslate2 takes: what the model reads, special tokens included."""
+    return [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(list(texts))["input_ids"]]
+
+
+__all__ = ["export_ctranslate2", "check_exportable", "transformer_spec", "ctranslate2_tokens"]

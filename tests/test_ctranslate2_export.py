@@ -1,0 +1,99 @@
+"""CTranslate2 export of the residual members (issue 14): the engine's float32 output is our model's."""
+
+import importlib.util
+from pathlib import Path
+
+import ctranslate2
+import pytest
+import torch
+from conftest import tiny_model
+from transformers import AutoModelForSeq2SeqLM
+
+from modeling_dwlstm import ResidualTransformerConfig
+from modeling_dwlstm.ctranslate2_export import ctranslate2_tokens, export_ctranslate2
+from modeling_dwlstm.quickstart_corpus import generate_pairs
+from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+PAIRS = generate_pairs(200, seed=1)
+SOURCES, TARGETS = [english for english, _ in PAIRS[:4]], [german for _, german in PAIRS[:4]]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_joint_bpe_tokenizer([text for pair in PAIRS for text in pair], vocab_size=300)
+
+
+def saved_residual_model(tokenizer, directory: Path, **options) -> AutoModelForSeq2SeqLM:
+    """A tiny residual model whose LayerNorms are not the identity (so that a missing or misplaced one shows)."""
+    torch.manual_seed(0)
+    config = ResidualTransformerConfig(**tokenizer_model_kwargs(tokenizer), d_model=32, encoder_layers=2,
+                                       decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=4,
+                                       ffn_dim=64, max_position_embeddings=128, dropout=0.0, **options)
+    model = AutoModelForSeq2SeqLM.from_config(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name:
+                parameter.add_(0.3 * torch.randn_like(parameter))
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return model
+
+
+@pytest.mark.parametrize("options", [
+    {"norm_position": "pre", "activation_function": "gelu"},
+    {"norm_position": "post"},  # relu; its stacks end with a LayerNorm that CTranslate2's post-norm spec lacks
+    {"norm_position": "post", "position_embedding_type": "learned", "activation_function": "silu"},
+])
+def test_ctranslate2_float32_scores_and_greedy_output_equal_ours(tokenizer, options, tmp_path):
+    model = saved_residual_model(tokenizer, tmp_path / "model", **options)
+    translator = ctranslate2.Translator(export_ctranslate2(tmp_path / "model", tmp_path / "ct2"), device="cpu",
+                                        compute_type="float32")
+    sources = ctranslate2_tokens(tokenizer, SOURCES)
+    targets = [tokenizer.convert_ids_to_tokens(ids[:-1]) for ids in tokenizer(text_target=TARGETS)["input_ids"]]
+    for source, target, scored in zip(SOURCES, TARGETS, translator.score_batch(sources, targets)):
+        batch = tokenizer([source], text_target=[target], return_tensors="pt")
+        with torch.no_grad():
+            log_probs = model(**batch).logits.log_softmax(-1)[0].gather(-1, batch["labels"][0, :, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(scored.log_probs), log_probs, rtol=0, atol=1e-5)  # eos included
+    with torch.no_grad():
+        generated = model.generate(**tokenizer(SOURCES, return_tensors="pt", padding=True), num_beams=1,
+                                   max_new_tokens=20)
+    special = {tokenizer.pad_token_id, tokenizer.eos_token_id}
+    ours = [tokenizer.convert_ids_to_tokens([i for i in ids[1:].tolist() if i not in special]) for ids in generated]
+    theirs = [result.hypotheses[0] for result in translator.translate_batch(sources, beam_size=1,
+                                                                           max_decoding_length=20)]
+    assert theirs == ours
+
+
+def run_export_script(*argv: str):
+    spec = importlib.util.spec_from_file_location("export_ctranslate2", REPOSITORY / "scripts" / "export_ctranslate2.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(list(argv))
+
+
+def test_export_script_writes_an_int8_model_that_translates(tokenizer, tmp_path):
+    saved_residual_model(tokenizer, tmp_path / "model", norm_position="pre")
+    run_export_script("--model", str(tmp_path / "model"), "--output_dir", str(tmp_path / "ct2"), "--quantization", "int8")
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", compute_type="int8")
+    result = translator.translate_batch(ctranslate2_tokens(tokenizer, SOURCES[:2]), max_decoding_length=10)
+    assert all(0 < len(item.hypotheses[0]) <= 10 for item in result)
+    with pytest.raises(ValueError, match="is not empty"):
+        run_export_script("--model", str(tmp_path / "model"), "--output_dir", str(tmp_path / "ct2"))
+
+
+def test_other_members_and_bad_arguments_are_refused(tokenizer, tmp_path):
+    model = tiny_model("dwlstm")
+    model.save_pretrained(tmp_path / "dwlstm")
+    tokenizer.save_pretrained(tmp_path / "dwlstm")
+    with pytest.raises(ValueError, match="dwlstm, whose connections between layers CTranslate2's Transformer cannot"):
+        export_ctranslate2(tmp_path / "dwlstm", tmp_path / "out")
+    saved_residual_model(tokenizer, tmp_path / "residual")
+    with pytest.raises(ValueError, match="quantization must be one of int8"):
+        export_ctranslate2(tmp_path / "residual", tmp_path / "out", quantization="int4")
+    with pytest.raises(ValueError, match="holds the model being exported"):
+        export_ctranslate2(tmp_path / "residual", tmp_path, overwrite=True)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,200 @@
+"""Low precision and standard tools (issue 14): every projection of every member is an nn.Linear that a
+quantiser and a LoRA adapter reach; bfloat16 and int8 models decode like float32 ones; the script options."""
+
+import copy
+import importlib.util
+import json
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CASES, random_ids, tiny_model
+from peft import LoraConfig, get_peft_model
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from transformers import AutoModelForSeq2SeqLM, pipeline
+
+from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig
+from modeling_dwlstm.evaluation import translate_sentences
+from modeling_dwlstm.modeling_dwlstm import DepthwiseLstm, DepthwiseLstmGates
+from modeling_dwlstm.modeling_translation import FusedLinear
+from modeling_dwlstm.precision import is_quantized, linear_modules, prepare_for_inference
+from modeling_dwlstm.quickstart_corpus import generate_pairs
+from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+# One tiny model per member, plus the depth-wise LSTM's ways of sharing and wiring its gates.
+MEMBER_CASES = [next(case for case, (config_class, _) in CASES.items() if config_class is member.config_class)
+                for member in MEMBERS]
+DWLSTM_CASES = ["dwlstm-glu-global-gates-shared-hidden-concat", "dwlstm-ffn-none-gates-own-hidden-add", "dwlstm-two-lstm"]
+
+
+class LinearWeights(TorchFunctionMode):
+    """Records the type of the weight of every F.linear call (nn.Linear and subclasses call it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight_types = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is nn.functional.linear:
+            self.weight_types.append(type(args[1] if len(args) > 1 else kwargs["weight"]))
+        return func(*args, **kwargs)
+
+
+def forward_weight_types(model) -> list[type]:
+    with torch.no_grad(), LinearWeights() as calls:
+        model(input_ids=random_ids(2, 5), decoder_input_ids=random_ids(2, 4, seed=2))
+    return calls.weight_types
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES + DWLSTM_CASES)
+def test_int8_reaches_every_projection_of_every_member(case):
+    model = tiny_model(case)
+    projections = linear_modules(model)
+    assert any(isinstance(module, FusedLinear) for module in projections)  # subclasses are counted
+    assert not any(is_quantized(module) for module in projections)
+    assert all(weight is nn.Parameter for weight in forward_weight_types(model))
+    prepare_for_inference(model, quantize="int8")
+    assert [is_quantized(module) for module in projections] == [True] * len(projections)
+    # Every linear map the forward pass computes, shared gates in each layer using them included, is int8.
+    weight_types = forward_weight_types(model)
+    assert weight_types and not any(weight is nn.Parameter for weight in weight_types), weight_types
+    assert model.lm_head.weight is not model.model.shared.weight and type(model.model.shared.weight) is nn.Parameter
+
+
+@pytest.mark.parametrize("case", ["dwlstm", *DWLSTM_CASES])
+def test_lora_all_linear_wraps_every_projection_of_the_depthwise_lstm_gates_included(case):
+    model = tiny_model(case)
+    inputs = {"input_ids": random_ids(2, 5), "decoder_input_ids": random_ids(2, 4, seed=2)}
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    projections = [module for module in linear_modules(model) if module is not model.lm_head]
+    assert sum(isinstance(module, DepthwiseLstmGates) for module in projections) >= 2
+    calls_without_adapter = len(forward_weight_types(model)) - 1  # all but the output projection
+    adapted = get_peft_model(model, LoraConfig(target_modules="all-linear", r=2))  # "all-linear" leaves out lm_head
+    wrapped = [module.base_layer for module in adapted.modules() if hasattr(module, "lora_A")]
+    assert {id(module) for module in wrapped} == {id(module) for module in projections}
+    # Each step calls its gates through the owner, so layers sharing the gates all go through the adapter.
+    steps = [module for module in adapted.modules() if isinstance(module, DepthwiseLstm)]
+    assert all(hasattr(step.gates, "lora_A") for step in steps)
+    calls = []
+    for module in adapted.modules():
+        if hasattr(module, "lora_A"):
+            module.register_forward_hook(lambda *_: calls.append(1))
+    with torch.no_grad():
+        torch.testing.assert_close(adapted(**inputs).logits, expected)  # LoRA starts as the identity (B = 0)
+    assert len(calls) == calls_without_adapter
+
+
+Trained = namedtuple("Trained", "tokenizer models directories test")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tokenizer and tiny depth-wise LSTM and pre-norm models trained for 500 steps on the quickstart corpus
+    (loss about 1.1): confident enough that low precision changes few decisions, and saved for the script."""
+    pairs = generate_pairs(2000, seed=1)
+    tokenizer = train_joint_bpe_tokenizer([text for pair in pairs for text in pair], vocab_size=300)
+    models, directories = {}, {}
+    for name, config_class, options in (("dwlstm", DwLstmConfig, {}),
+                                        ("residual-pre", ResidualTransformerConfig, {"norm_position": "pre"})):
+        torch.manual_seed(0)
+        config = config_class(**tokenizer_model_kwargs(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
+                              encoder_attention_heads=2, decoder_attention_heads=2, ffn_dim=64,
+                              max_position_embeddings=128, dropout=0.0, **options)
+        model = AutoModelForSeq2SeqLM.from_config(config)
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+        for step in range(500):
+            batch = pairs[(32 * step) % 1888:][:32]
+            loss = model(**tokenizer([english for english, _ in batch], text_target=[german for _, german in batch],
+                                     return_tensors="pt", padding=True)).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        models[name], directories[name] = model.eval(), tmp_path_factory.mktemp(name)
+        model.save_pretrained(directories[name])
+        tokenizer.save_pretrained(directories[name])
+    return Trained(tokenizer, models, directories, pairs[1900:])
+
+
+# Largest logit change relative to the largest logit, teacher-forced on 32 test pairs: measured 0.017-0.019
+# (bfloat16), 0.030-0.052 (int8), 0.051-0.057 (both); the bounds leave room for other CPUs' kernels (7-bit
+# int8 ranges without VNNI, AMX).
+LOGIT_BOUND = {("bfloat16", "none"): 0.04, ("float32", "int8"): 0.1, ("bfloat16", "int8"): 0.12}
+
+
+@pytest.mark.parametrize("name", ["dwlstm", "residual-pre"])
+@pytest.mark.parametrize("dtype, quantize", list(LOGIT_BOUND))
+def test_low_precision_decodes_like_float32(trained, name, dtype, quantize):
+    """What is asserted: logits within LOGIT_BOUND, the same teacher-forced argmax at >= 98% of target positions
+    (measured >= 99.2%), and >= 26 of 32 greedy translations identical (measured 28-32): a tiny model's
+    margins are narrow, so a few near-ties flip; BLEU on trained Multi30k models is in issue 14's notes."""
+    tokenizer, models, _, test = trained
+    model = models[name]
+    sources, references = [english for english, _ in test[:32]], [german for _, german in test[:32]]
+    low = prepare_for_inference(copy.deepcopy(model), dtype, quantize)
+    batch = tokenizer(sources, text_target=references, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        expected, logits = model(**batch).logits, low(**batch).logits.float()
+    keep = batch["labels"] != tokenizer.pad_token_id
+    assert (logits - expected)[keep].abs().max() < LOGIT_BOUND[dtype, quantize] * expected[keep].abs().max()
+    assert (logits.argmax(-1) == expected.argmax(-1))[keep].float().mean() >= 0.98
+    greedy = {"num_beams": 1, "max_new_tokens": 40}
+    same = sum(a == b for a, b in zip(translate_sentences(low, tokenizer, sources, **greedy).hypotheses,
+                                      translate_sentences(model, tokenizer, sources, **greedy).hypotheses))
+    assert same >= 26
+
+
+def test_the_pipeline_takes_a_prepared_model(trained):
+    tokenizer, models, _, test = trained
+    model = prepare_for_inference(copy.deepcopy(models["dwlstm"]), "bfloat16", "int8")
+    translator = pipeline("translation", model=model, tokenizer=tokenizer)
+    sources = [english for english, _ in test[:4]]
+    output = translator(sources, num_beams=2, max_new_tokens=40)
+    assert [item["translation_text"] for item in output] == translate_sentences(
+        model, tokenizer, sources, num_beams=2, max_new_tokens=40).hypotheses
+
+
+def run_evaluate_script(*argv: str):
+    spec = importlib.util.spec_from_file_location("evaluate_translation", REPOSITORY / "scripts" / "evaluate_translation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(list(argv))
+
+
+def test_evaluate_script_decodes_in_bfloat16_and_int8(trained, tmp_path):
+    tokenizer, models, directories, test = trained
+    (tmp_path / "test.en").write_text("".join(english + "\n" for english, _ in test[:8]), encoding="utf-8")
+    (tmp_path / "test.de").write_text("".join(german + "\n" for _, german in test[:8]), encoding="utf-8")
+    run_evaluate_script("--model", str(directories["dwlstm"]), "--output_dir", str(tmp_path / "eval"),
+                        "--source_file", str(tmp_path / "test.en"), "--reference_file", str(tmp_path / "test.de"),
+                        "--num_beams", "2", "--dtype", "bfloat16", "--quantize", "int8")
+    results = json.loads((tmp_path / "eval" / "results.json").read_text(encoding="utf-8"))
+    assert (results["dtype"], results["quantize"], results["sentences"]) == ("bfloat16", "int8", 8)
+    hypotheses = (tmp_path / "eval" / "hypotheses.txt").read_text(encoding="utf-8").splitlines()
+    model = prepare_for_inference(copy.deepcopy(models["dwlstm"]), "bfloat16", "int8")
+    sources = [english for english, _ in test[:8]]
+    assert hypotheses == translate_sentences(model, tokenizer, sources, num_beams=2).hypotheses
+    assert results["sacrebleu"] > 20  # a trained model, still translating
+    with pytest.raises(SystemExit):  # argparse: invalid choice
+        run_evaluate_script("--model", "m", "--output_dir", "o", "--dtype", "float16")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"dtype": "float16"}, "dtype must be one of float32, bfloat16"),
+    ({"quantize": "int4"}, "quantize must be one of none, int8"),
+])
+def test_bad_precision_settings_are_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        prepare_for_inference(tiny_model("dwlstm"), **change)
+
+
+def test_a_prepared_model_is_not_prepared_again():
+    model = prepare_for_inference(tiny_model("residual-pre"), quantize="int8")
+    with pytest.raises(ValueError, match="already quantised"):
+        prepare_for_inference(model, "bfloat16")
