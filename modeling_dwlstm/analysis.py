@@ -356,7 +356,8 @@ def depthwise_lstm_gate_statistics(model, batches: Iterable[dict]) -> dict:
     statistics = {(stack, index, name): [RunningStatistics() for _ in GATE_NAMES] for stack, index, name, _ in steps}
     current, masks = {}, {}
 
-    def record(module, args, gates):  # gates: three (B, T, d)
+    def record(module, args, projected):  # the gates' projection z = W c + b, (B, T, 3d)
+        gates = module.activations(projected)  # i, f, g: three (B, T, d)
         stack = current["step"][0]
         for gate, gate_statistics in zip(gates, statistics[current["step"]]):
             gate_statistics.add(gate[masks[stack].to(gate.device)])

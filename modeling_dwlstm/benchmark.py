@@ -146,10 +146,12 @@ def batch_size_for(length: int, token_budget: int) -> int:
 
 def reachable_modules(module: nn.Module, prefix: str = ""):
     """(path, module) for `module` and everything below it, including shared modules that a layer uses
-    but does not own (attached by reference, see `attach_shared`): a shared module counts once per use."""
+    but does not own (attached by reference, see `attach_shared`, or named by `used_modules()`): a shared
+    module counts once per use."""
     yield prefix, module
     children = dict(module._modules)
     children.update({name: value for name, value in vars(module).items() if isinstance(value, nn.Module)})
+    children.update(module.used_modules() if hasattr(module, "used_modules") else {})
     for name, child in children.items():
         if child is not None:
             yield from reachable_modules(child, f"{prefix}.{name}" if prefix else name)

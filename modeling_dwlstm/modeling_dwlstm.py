@@ -121,7 +121,7 @@ class DepthwiseLstmGates(nn.Linear):
     nn.Linear's, the linear map alone, so that quantisers, LoRA and pruning tools see the gate projection
     as the projection it is and a wrapper around it stays correct; the step applies `activations` after
     it. `blocks = 3` makes the skeleton's `_init_weights` Xavier-initialise each W_k as its own matrix
-    (SPEC §1); the LayerNorm parameters are set by `init_parameters` (see `GateInitialisation`).
+    (SPEC §1); the LayerNorm parameters are set by `init_parameters`.
     """
 
     blocks = 3
@@ -211,14 +211,14 @@ class DepthwiseLstm(nn.Module):
         stack = scope[0]
         gate_scope = {"global": (), "per_stack": (stack,), "none": scope}[config.share_gates]
         hidden_scope = (stack,) if config.share_hidden else scope
-        # The gates live in the first step of their scope (their owner; a checkpoint holds them once) and every
-        # step calls them there (`gates`): a tool that replaces the owner's child (a LoRA wrapper) reaches all
-        # steps, where a plain reference would keep the bare projection in every step but the owner.
-        owner, owns_gates = shared_modules.get(("gates", input_dim, *gate_scope), lambda: self)
+        # The gates are registered in the first step of their scope (a checkpoint holds them once) and every
+        # step looks them up in that step's module slots (`gate_slots`, a plain dict, not a module), so a tool
+        # that replaces the registered module (a LoRA wrapper) reaches every step.
+        gate_slots, owns_gates = shared_modules.get(("gates", input_dim, *gate_scope), lambda: self._modules)
         if owns_gates:
             self.gates = DepthwiseLstmGates(input_dim, config.d_model)
-        object.__setattr__(self, "gates_owner", owner)  # plain attributes: registered once, by the owner
-        object.__setattr__(self, "built_gates", owner.gates)  # keeps the LayerNorm parameters a wrapper lacks
+        object.__setattr__(self, "gate_slots", gate_slots)
+        object.__setattr__(self, "gate_activations", gate_slots["gates"].activations)  # a wrapper lacks them
         hidden, owns_hidden = shared_modules.get(
             ("hidden", input_dim, *hidden_scope), lambda: LSTM_HIDDEN_CLASSES[config.lstm_hidden](input_dim, config)
         )
@@ -226,8 +226,12 @@ class DepthwiseLstm(nn.Module):
 
     @property
     def gates(self) -> nn.Module:
-        """The gate projection as installed in its owner: `DepthwiseLstmGates`, or what a tool put in its place."""
-        return self.gates_owner._modules["gates"]
+        """The gate projection as registered: `DepthwiseLstmGates`, or what a tool put in its place."""
+        return self.gate_slots["gates"]
+
+    def used_modules(self) -> dict[str, nn.Module]:
+        """Modules this step calls but may not own (for tools that count work per use, e.g. the benchmark)."""
+        return {"gates": self.gates, "hidden": self.hidden}
 
     @staticmethod
     def initial_state(embeddings: torch.Tensor) -> LayerState:
@@ -235,7 +239,7 @@ class DepthwiseLstm(nn.Module):
 
     def forward(self, x: torch.Tensor, state: LayerState) -> LayerState:
         concatenated = torch.cat([x, state.output], dim=-1)  # (B, T, input_dim)
-        input_gate, forget_gate, output_gate = self.built_gates.activations(self.gates(concatenated))  # (B, T, d) each
+        input_gate, forget_gate, output_gate = self.gate_activations(self.gates(concatenated))  # (B, T, d) each
         cell = forget_gate * state.cell + input_gate * self.hidden(concatenated)
         return LayerState(output=output_gate * cell, cell=cell)
 
@@ -339,18 +343,7 @@ class TwoLstmDecoderLayer(TranslationLayer):
 # ---------------------------------------------------------------------------------------------
 
 
-class GateInitialisation:
-    """The skeleton's `_init_weights` plus the gates' LayerNorm parameters: `DepthwiseLstmGates` is an
-    `nn.Linear`, so the skeleton initialises its W and b (per gate) and never reaches its `init_parameters`."""
-
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module):
-        super()._init_weights(module)
-        if isinstance(module, DepthwiseLstmGates):
-            module.init_parameters()
-
-
-class DwLstmModel(GateInitialisation, TranslationTransformerModel):
+class DwLstmModel(TranslationTransformerModel):
     config_class = DwLstmConfig
     _no_split_modules = ["DepthwiseLstmEncoderLayer", "DepthwiseLstmDecoderLayer", "TwoLstmDecoderLayer"]
 
@@ -360,7 +353,7 @@ class DwLstmModel(GateInitialisation, TranslationTransformerModel):
         return DepthwiseLstmEncoderLayer, TwoLstmDecoderLayer if two_lstm else DepthwiseLstmDecoderLayer
 
 
-class DwLstmForConditionalGeneration(GateInitialisation, TranslationTransformerForConditionalGeneration):
+class DwLstmForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = DwLstmConfig
     base_model_class = DwLstmModel
     _no_split_modules = DwLstmModel._no_split_modules

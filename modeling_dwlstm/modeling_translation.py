@@ -518,7 +518,7 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
-        elif hasattr(module, "init_parameters"):  # modules with their own initialisation say so themselves
+        if hasattr(module, "init_parameters"):  # modules with their own initialisation say so themselves
             module.init_parameters()
 
     def save_pretrained(self, save_directory, *args, **kwargs):

@@ -34,18 +34,18 @@ PAPER_VOCAB_SIZE = 35603
 # depth-wise LSTM and the residual baseline (pre-norm: our choice; the papers compare with Zhang et al.'s numbers).
 OPUS100_PAIRS = [pair for language in OPUS100_LANGUAGES if language != "en" for pair in (f"en-{language}", f"{language}-en")]
 OPUS100_SETTING = dict(vocab_size=64000, language_pairs=OPUS100_PAIRS)
-for _member in ("dwlstm", "residual-prenorm"):
-    _config_class, _fields = MEMBERS[_member]
-    MEMBERS[f"{_member}-opus100"] = (_config_class, {**_fields, **OPUS100_SETTING})
-    HUB_DEPTHS[f"{_member}-opus100"] = [("base", 6, 6)]
+# Every hub_configs/ preset: the members' (MEMBERS) and the data settings built on them.
+PRESETS = {**MEMBERS, **{f"{member}-opus100": (MEMBERS[member][0], {**MEMBERS[member][1], **OPUS100_SETTING})
+                         for member in ("dwlstm", "residual-prenorm")}}
+HUB_DEPTHS.update({f"{member}-opus100": [("base", 6, 6)] for member in ("dwlstm", "residual-prenorm")})
 
 
 def paper_config(member: str, size: str = "base", layers: int = 6, **overrides) -> TranslationTransformerConfig:
-    """The config of `member` (a key of MEMBERS) at a paper size with `layers` encoder and decoder layers
+    """The config of `member` (a key of PRESETS) at a paper size with `layers` encoder and decoder layers
     (override `decoder_layers` for a deep encoder with a shallow decoder)."""
-    if member not in MEMBERS or size not in SIZES:
-        raise ValueError(f"Unknown member {member!r} or size {size!r}; members: {sorted(MEMBERS)}, sizes: {sorted(SIZES)}.")
-    config_class, member_fields = MEMBERS[member]
+    if member not in PRESETS or size not in SIZES:
+        raise ValueError(f"Unknown member {member!r} or size {size!r}; members: {sorted(PRESETS)}, sizes: {sorted(SIZES)}.")
+    config_class, member_fields = PRESETS[member]
     settings = dict(vocab_size=PAPER_VOCAB_SIZE, encoder_layers=layers, decoder_layers=layers)
     return config_class(**{**settings, **SIZES[size], **member_fields, **overrides})
 
@@ -61,7 +61,7 @@ def hub_config_settings() -> list[tuple[str, str, int, int]]:
     """(member, size, encoder layers, decoder layers) of every file in hub_configs/."""
     return [
         (member, size, encoder_layers, decoder_layers)
-        for member in MEMBERS
+        for member in PRESETS
         for size, encoder_layers, decoder_layers in HUB_DEPTHS.get(member, [(size, L, L) for size in SIZES for L in LAYERS])
     ]
 

@@ -68,7 +68,7 @@ def test_equals_the_depthwise_lstm_with_input_and_output_gates_open_and_forget_g
     for module in lstm.modules():
         if isinstance(module, DepthwiseLstm):
             module.gates = OpenGates()  # with share_gates="none" every step owns its gates: no parameters remain
-            object.__setattr__(module, "built_gates", module.gates)  # whose activations the step applies
+            object.__setattr__(module, "gate_activations", module.gates.activations)  # which the step applies
     renamed = {k.replace("depthwise_rnn.", "depthwise_lstm."): v for k, v in rnn.state_dict().items()}
     lstm.load_state_dict(renamed, strict=True)
     inputs = dict(input_ids=random_ids(2, 6), decoder_input_ids=random_ids(2, 5, seed=2))
