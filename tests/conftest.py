@@ -106,6 +106,16 @@ CASES.update({
 })
 
 
+def run_script(name: str, *argv):
+    """Run scripts/<name>.py's main() in this process (the scripts are thin wrappers around the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main([str(arg) for arg in argv])
+
+
 def tiny_config(case: str, **overrides):
     config_class, options = CASES[case]
     return config_class(**{**TINY, **options, **overrides})

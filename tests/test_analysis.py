@@ -1,13 +1,13 @@
 """Looking inside models: the layer non-linearity analysis (000 §4), gate and layer-weight statistics, their
 plots and the two scripts, on tiny models."""
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_script
 from torch import nn
 from transformers import AutoModelForSeq2SeqLM
 
@@ -44,7 +44,6 @@ from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_jo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-REPOSITORY = Path(__file__).resolve().parents[1]
 SIZE = dict(d_model=16, ffn_dim=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
             decoder_attention_heads=2, max_position_embeddings=128, dropout=0.0)
 DECODE = {"num_beams": 2, "max_new_tokens": 8}
@@ -344,13 +343,6 @@ def test_each_plot_writes_a_png_with_one_bar_or_cell_per_entry(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Scripts
 # ---------------------------------------------------------------------------------------------
-
-
-def run_script(name: str, *argv: str):
-    spec = importlib.util.spec_from_file_location(name, REPOSITORY / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main([str(arg) for arg in argv])
 
 
 @pytest.fixture(scope="module")

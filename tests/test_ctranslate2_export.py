@@ -1,12 +1,11 @@
 """CTranslate2 export of the residual members (issue 14): the engine's float32 output is our model's."""
 
-import importlib.util
 from pathlib import Path
 
 import ctranslate2
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import run_script, tiny_model
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_dwlstm import ResidualTransformerConfig
@@ -16,7 +15,6 @@ from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_jo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-REPOSITORY = Path(__file__).resolve().parents[1]
 PAIRS = generate_pairs(200, seed=1)
 SOURCES, TARGETS = [english for english, _ in PAIRS[:4]], [german for _, german in PAIRS[:4]]
 
@@ -68,21 +66,14 @@ def test_ctranslate2_float32_scores_and_greedy_output_equal_ours(tokenizer, opti
     assert theirs == ours
 
 
-def run_export_script(*argv: str):
-    spec = importlib.util.spec_from_file_location("export_ctranslate2", REPOSITORY / "scripts" / "export_ctranslate2.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main(list(argv))
-
-
 def test_export_script_writes_an_int8_model_that_translates(tokenizer, tmp_path):
     saved_residual_model(tokenizer, tmp_path / "model", norm_position="pre")
-    run_export_script("--model", str(tmp_path / "model"), "--output_dir", str(tmp_path / "ct2"), "--quantization", "int8")
+    run_script("export_ctranslate2", "--model", str(tmp_path / "model"), "--output_dir", str(tmp_path / "ct2"), "--quantization", "int8")
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", compute_type="int8")
     result = translator.translate_batch(ctranslate2_tokens(tokenizer, SOURCES[:2]), max_decoding_length=10)
     assert all(0 < len(item.hypotheses[0]) <= 10 for item in result)
     with pytest.raises(ValueError, match="is not empty"):
-        run_export_script("--model", str(tmp_path / "model"), "--output_dir", str(tmp_path / "ct2"))
+        run_script("export_ctranslate2", "--model", str(tmp_path / "model"), "--output_dir", str(tmp_path / "ct2"))
 
 
 def test_other_members_and_bad_arguments_are_refused(tokenizer, tmp_path):

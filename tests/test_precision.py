@@ -2,14 +2,12 @@
 quantiser and a LoRA adapter reach; bfloat16 and int8 models decode like float32 ones; the script options."""
 
 import copy
-import importlib.util
 import json
 from collections import namedtuple
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import CASES, random_ids, tiny_model
+from conftest import CASES, random_ids, run_script, tiny_model
 from peft import LoraConfig, get_peft_model
 from torch import nn
 from torch.overrides import TorchFunctionMode
@@ -25,7 +23,6 @@ from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_jo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-REPOSITORY = Path(__file__).resolve().parents[1]
 # One tiny model per member, plus the depth-wise LSTM's ways of sharing and wiring its gates.
 MEMBER_CASES = [next(case for case, (config_class, _) in CASES.items() if config_class is member.config_class)
                 for member in MEMBERS]
@@ -160,18 +157,11 @@ def test_the_pipeline_takes_a_prepared_model(trained):
         model, tokenizer, sources, num_beams=2, max_new_tokens=40).hypotheses
 
 
-def run_evaluate_script(*argv: str):
-    spec = importlib.util.spec_from_file_location("evaluate_translation", REPOSITORY / "scripts" / "evaluate_translation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main(list(argv))
-
-
 def test_evaluate_script_decodes_in_bfloat16_and_int8(trained, tmp_path):
     tokenizer, models, directories, test = trained
     (tmp_path / "test.en").write_text("".join(english + "\n" for english, _ in test[:8]), encoding="utf-8")
     (tmp_path / "test.de").write_text("".join(german + "\n" for _, german in test[:8]), encoding="utf-8")
-    run_evaluate_script("--model", str(directories["dwlstm"]), "--output_dir", str(tmp_path / "eval"),
+    run_script("evaluate_translation", "--model", str(directories["dwlstm"]), "--output_dir", str(tmp_path / "eval"),
                         "--source_file", str(tmp_path / "test.en"), "--reference_file", str(tmp_path / "test.de"),
                         "--num_beams", "2", "--dtype", "bfloat16", "--quantize", "int8")
     results = json.loads((tmp_path / "eval" / "results.json").read_text(encoding="utf-8"))
@@ -182,7 +172,7 @@ def test_evaluate_script_decodes_in_bfloat16_and_int8(trained, tmp_path):
     assert hypotheses == translate_sentences(model, tokenizer, sources, num_beams=2).hypotheses
     assert results["sacrebleu"] > 20  # a trained model, still translating
     with pytest.raises(SystemExit):  # argparse: invalid choice
-        run_evaluate_script("--model", "m", "--output_dir", "o", "--dtype", "float16")
+        run_script("evaluate_translation", "--model", "m", "--output_dir", "o", "--dtype", "float16")
 
 
 @pytest.mark.parametrize("change, message", [

@@ -1,7 +1,6 @@
 """Training with Seq2SeqTrainer: the papers' defaults, resuming a killed run exactly, a two-process launch,
 and checkpoint averaging."""
 
-import importlib.util
 import json
 import math
 import os
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import sacrebleu
 import torch
-from conftest import MULTI30K, read_multi30k
+from conftest import MULTI30K, read_multi30k, run_script
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerCallback
 
@@ -298,14 +297,6 @@ def test_average_of_the_last_checkpoints_is_their_mean_and_loads(tmp_path):
     with pytest.raises(ValueError, match="holds no model.safetensors"):
         average_checkpoints([tmp_path / "run" / "checkpoint-15"], tmp_path / "empty")
     assert not (tmp_path / "mixed").exists() and not (tmp_path / "empty").exists()
-
-
-def run_script(name: str, *argv: str):
-    """Run scripts/<name>.py's main() in this process (the scripts are thin wrappers around the package)."""
-    spec = importlib.util.spec_from_file_location(name, REPOSITORY / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main(list(argv))
 
 
 def test_average_checkpoints_script(tmp_path):
