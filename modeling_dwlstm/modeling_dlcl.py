@@ -168,7 +168,6 @@ def plot_dlcl_weights(matrices: dict[str, torch.Tensor], path: str | Path, mask_
     return path
 
 
-
 # 003's pre-norm DLCL-30L and post-norm 20-layer DLCL (§5.1), beside the 6-layer base.
 MEMBER = FamilyMember(
     config_class=DlclConfig,

@@ -158,7 +158,6 @@ class HighwayTransformerForConditionalGeneration(TranslationTransformerForCondit
     _no_split_modules = HighwayTransformerModel._no_split_modules
 
 
-
 CHAI_2020 = """@inproceedings{chai2020highway,
   title     = {Highway Transformer: Self-Gating Enhanced Self-Attentive Networks},
   author    = {Chai, Yekun and Jin, Shuo and Hou, Xinwen},

@@ -171,7 +171,6 @@ class ResidualTransformerForConditionalGeneration(TranslationTransformerForCondi
     _no_split_modules = ResidualTransformerModel._no_split_modules
 
 
-
 VASWANI_2017 = """@inproceedings{vaswani2017attention,
   title     = {Attention Is All You Need},
   author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and

@@ -68,7 +68,6 @@ class ReZeroTransformerForConditionalGeneration(TranslationTransformerForConditi
     _no_split_modules = ReZeroTransformerModel._no_split_modules
 
 
-
 BACHLECHNER_2020 = """@article{bachlechner2020rezero,
   title   = {{ReZero} is All You Need: Fast Convergence at Large Depth},
   author  = {Bachlechner, Thomas and Majumder, Bodhisattwa Prasad and Mao, Huanru Henry and Cottrell, Garrison W.

@@ -90,7 +90,6 @@ class TransparentAttentionForConditionalGeneration(ResidualTransformerForConditi
     base_model_class = TransparentAttentionModel
 
 
-
 BAPNA_2018 = """@inproceedings{bapna2018training,
   title     = {Training Deeper Neural Machine Translation Models with Transparent Attention},
   author    = {Bapna, Ankur and Chen, Mia Xu and Firat, Orhan and Cao, Yuan and Wu, Yonghui},
