@@ -11,7 +11,7 @@
 set -euo pipefail
 DATA=${DATA:-../shared/data/multi30k}
 OUT=${OUT:-runs/m30k}
-STEPS=${STEPS:-300}
+STEPS=${STEPS:-600}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 SUPERVISED=en-de,de-en,en-fr,fr-en,en-cs,cs-en
