@@ -1,5 +1,6 @@
 """What the scripts share: a bad input ends the script with one line saying what was wrong and what to do."""
 
+import argparse
 import sys
 from collections.abc import Callable
 
@@ -24,6 +25,14 @@ def exit_on_error(function: Callable, *args, **kwargs):
     sys.exit(1)
 
 
+def add_run_arguments(parser: argparse.ArgumentParser):
+    """--device, --threads, --output_dir and --overwrite_output_dir, for the argparse scripts that analyse a saved model."""
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's).")
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into a non-empty --output_dir.")
+
+
 def _close_progress_bars():
     """A bar left open by the error would be redrawn after the message, hiding it."""
     from tqdm import tqdm
@@ -32,4 +41,4 @@ def _close_progress_bars():
         bar.close()
 
 
-__all__ = ["exit_on_error"]
+__all__ = ["add_run_arguments", "exit_on_error"]

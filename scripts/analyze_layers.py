@@ -17,7 +17,7 @@ from pathlib import Path
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
 from modeling_dwlstm.analysis import layer_nonlinearity
 from modeling_dwlstm.checkpoints import load_saved_model, load_saved_tokenizer
-from modeling_dwlstm.cli import exit_on_error
+from modeling_dwlstm.cli import add_run_arguments, exit_on_error
 from modeling_dwlstm.data import load_parallel_corpus
 from modeling_dwlstm.evaluation import DEFAULT_MAX_TOKENS, write_lines
 from modeling_dwlstm.files import atomic_write_json, prepare_output_dir, set_threads
@@ -42,10 +42,7 @@ def main(argv=None):
     parser.add_argument("--max_sentences", type=int, default=None, help="Decode only the first N test sentences.")
     parser.add_argument("--num_beams", type=int, default=4, help="Beam size (the papers: 4).")
     parser.add_argument("--max_tokens", type=int, default=DEFAULT_MAX_TOKENS, help="Source tokens per decoding batch.")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's).")
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into a non-empty --output_dir.")
+    add_run_arguments(parser)
     args = parser.parse_args(argv)
 
     set_threads(args.threads)

@@ -18,7 +18,7 @@ import argparse
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
 from modeling_dwlstm.analysis import CORPUS_INTERNALS, internals_name, model_internals, tokenized_batches
 from modeling_dwlstm.checkpoints import load_saved_model, load_saved_tokenizer
-from modeling_dwlstm.cli import exit_on_error
+from modeling_dwlstm.cli import add_run_arguments, exit_on_error
 from modeling_dwlstm.data import load_parallel_corpus
 from modeling_dwlstm.files import atomic_write_json, prepare_output_dir, set_threads
 from modeling_dwlstm.plotting_analysis import plot_model_internals
@@ -33,10 +33,7 @@ def main(argv=None):
     parser.add_argument("--split", default="test")
     parser.add_argument("--max_sentences", type=int, default=None, help="Use only the first N sentence pairs.")
     parser.add_argument("--batch_size", type=int, default=64, help="Sentence pairs per forward pass.")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's).")
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into a non-empty --output_dir.")
+    add_run_arguments(parser)
     args = parser.parse_args(argv)
 
     set_threads(args.threads)
