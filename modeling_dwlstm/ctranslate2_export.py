@@ -30,6 +30,7 @@ The export is float32 unless `quantization` says otherwise; CTranslate2 also con
 (`compute_type="int8"`), so one float32 export serves every precision.
 """
 
+from functools import partial
 from pathlib import Path
 
 from .files import prepare_output_dir
@@ -54,7 +55,25 @@ def export_ctranslate2(model_dir: str, output_dir: str, quantization: str | None
     check_exportable(model)
     tokenizer = load_saved_tokenizer(model_dir, "--model")
     prepare_output_dir(output_dir, overwrite)
-    return converter_class(model, tokenizer).convert(str(output_dir), quantization=quantization, force=True)
+    return converter_class(partial(transformer_spec, model, tokenizer)).convert(str(output_dir), quantization=quantization,
+                                                                              force=True)
+
+
+def convert_loaded(model, tokenizer, output_dir: str, quantization: str | None = None) -> str:
+    """Convert an already loaded model into a CTranslate2 model in `output_dir` (replaced if present): a
+    residual member of this family through `transformer_spec`, a transformers `MarianMTModel` through
+    CTranslate2's own Marian loader (what `ctranslate2.converters.TransformersConverter` runs for it).
+    The benchmark's route: its models have random weights and are never saved."""
+    converter_class = _converter_class()
+    check_quantization(quantization)
+    if getattr(model.config, "model_type", None) == "marian":
+        from ctranslate2.converters.transformers import MarianMTLoader
+
+        load_spec = partial(MarianMTLoader(), model, tokenizer)
+    else:
+        check_exportable(model)
+        load_spec = partial(transformer_spec, model, tokenizer)
+    return converter_class(load_spec).convert(str(output_dir), quantization=quantization, force=True)
 
 
 def check_exportable(model) -> None:
@@ -150,16 +169,16 @@ def _converter_class():
     except ImportError as error:
         raise ValueError(f"CTranslate2 export needs ctranslate2: {INSTALL_CTRANSLATE2}.") from error
 
-    class ResidualTransformerConverter(Converter):
-        """`ctranslate2.converters.Converter` for a loaded residual model and its tokenizer."""
+    class LoadedModelConverter(Converter):
+        """`ctranslate2.converters.Converter` whose model spec comes from `load_spec()` (a loaded model)."""
 
-        def __init__(self, model, tokenizer):
-            self.model, self.tokenizer = model, tokenizer
+        def __init__(self, load_spec):
+            self.load_spec = load_spec
 
         def _load(self):
-            return transformer_spec(self.model, self.tokenizer)
+            return self.load_spec()
 
-    return ResidualTransformerConverter
+    return LoadedModelConverter
 
 
 def ctranslate2_tokens(tokenizer, texts: list[str]) -> list[list[str]]:
@@ -167,4 +186,4 @@ def ctranslate2_tokens(tokenizer, texts: list[str]) -> list[list[str]]:
     return [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(list(texts))["input_ids"]]
 
 
-__all__ = ["export_ctranslate2", "check_exportable", "transformer_spec", "ctranslate2_tokens"]
+__all__ = ["export_ctranslate2", "convert_loaded", "check_exportable", "transformer_spec", "ctranslate2_tokens"]

@@ -1,13 +1,15 @@
-"""Benchmark every family member against MarianMTModel (issue 5): prints a table, writes JSON.
+"""Benchmark every family member against MarianMTModel (issues 5 and 14): prints a table, writes JSON.
 
     python scripts/benchmark.py                    # small and base, lengths 16/64/256, 3 repeats
     python scripts/benchmark.py --quick            # small only, lengths 16/64, 2 repeats
     python scripts/benchmark.py --compile          # the family under torch.compile
+    python scripts/benchmark.py --deployment       # issue 14: base, every precision, bf16 training, CTranslate2,
+                                                   # the 12+12 vs 24+24 pair, and its targets
 """
 
 import argparse
 
-from modeling_dwlstm.benchmark import BenchmarkSettings, format_report, run_benchmark, write_report
+from modeling_dwlstm.benchmark import PRECISIONS, BenchmarkSettings, format_report, run_benchmark, write_report
 
 
 def main():
@@ -24,11 +26,25 @@ def main():
     parser.add_argument("--token-budget", type=int, help="source + target tokens per training batch (default 4096)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the family's models")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory probes")
+    parser.add_argument("--precisions", nargs="+", choices=list(PRECISIONS),
+                        help="generation precisions (default float32; float32 is always measured)")
+    parser.add_argument("--bf16-training", action="store_true", help="also time training under bf16 autocast (--bf16)")
+    parser.add_argument("--ctranslate2", action="store_true", help="CTranslate2 rows: Marian and the residual pre-norm export")
+    parser.add_argument("--depth-pair", action="store_true", help="001 Table 6: 12+12 depth-wise LSTM vs 24+24 residual")
+    parser.add_argument("--deployment", action="store_true",
+                        help="issue 14's run: base size, length 64, every precision, --bf16-training, --ctranslate2, "
+                             "--depth-pair, no memory probe")
     parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
     args = parser.parse_args()
-    settings = BenchmarkSettings(threads=args.threads, compile=args.compile, measure_memory=not args.no_memory)
+    settings = BenchmarkSettings(threads=args.threads, compile=args.compile, measure_memory=not args.no_memory,
+                                 train_bf16=args.bf16_training, ctranslate2=args.ctranslate2, depth_pair=args.depth_pair)
     if args.quick:
         settings.sizes, settings.lengths, settings.repeats, settings.measure_memory = ("small",), (16, 64), 2, False
+    if args.deployment:
+        settings.sizes, settings.lengths, settings.measure_memory, settings.precisions = ("base",), (64,), False, tuple(PRECISIONS)
+        settings.train_bf16 = settings.ctranslate2 = settings.depth_pair = True
+    if args.precisions:
+        settings.precisions = tuple(dict.fromkeys(["float32", *args.precisions]))
     for name in ("sizes", "members", "lengths", "headline_length", "repeats", "token_budget", "generation_batch", "new_tokens"):
         if getattr(args, name) is not None:
             setattr(settings, name, tuple(getattr(args, name)) if isinstance(getattr(args, name), list) else getattr(args, name))
