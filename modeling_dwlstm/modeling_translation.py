@@ -42,6 +42,7 @@ from transformers.modeling_outputs import (
 )
 
 from .configuration_translation import TranslationTransformerConfig
+from .loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
@@ -630,7 +631,11 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
 
 class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTrainedModel, GenerationMixin):
     """The translation model: `base_model_class` plus the output projection (tied to the embeddings) and the
-    label-smoothed cross-entropy of the papers (smoothing `config.label_smoothing`, padding ignored)."""
+    label-smoothed cross-entropy of the papers (smoothing `config.label_smoothing`, padding ignored).
+
+    A training step (train mode, labels, gradients on) computes the loss fused with the output projection
+    (`loss.py`): the (batch, length, vocabulary) logits are never materialised and the output's `logits` is
+    None. Evaluation, `generate()` and `torch.no_grad()` calls return the logits as usual."""
 
     base_model_class: type = TranslationTransformerModel
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
@@ -672,19 +677,30 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
             use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, vocab)
-        loss = self.translation_loss(logits, labels) if labels is not None else None
+        hidden = outputs.last_hidden_state  # (B, T, d)
+        if labels is not None and self.training and torch.is_grad_enabled() and type(self.lm_head) is nn.Linear:
+            # A training step needs the loss, not the logits: the fused loss never materialises them (loss.py).
+            logits = None
+            loss = linear_label_smoothed_cross_entropy(hidden, self.lm_head.weight, self.loss_targets(labels, hidden.shape[:2]),
+                                                       self.config.label_smoothing)
+        else:
+            logits = self.lm_head(hidden)  # (B, T, vocab)
+            loss = self.translation_loss(logits, labels) if labels is not None else None
         output = Seq2SeqLMOutput(loss=loss, logits=logits, **{k: v for k, v in outputs.items() if k != "last_hidden_state"})
         return output if return_dict is not False else output.to_tuple()
 
     def translation_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Label-smoothed cross-entropy averaged over target tokens; -100 and padding are ignored."""
-        if labels.shape != logits.shape[:2]:
-            raise ValueError(f"labels have shape {tuple(labels.shape)}, expected (batch, target length) = {tuple(logits.shape[:2])}.")
-        targets = labels.masked_fill(labels == self.config.pad_token_id, -100)
+        targets = self.loss_targets(labels, logits.shape[:2])
         return F.cross_entropy(
-            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, label_smoothing=self.config.label_smoothing
+            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, label_smoothing=self.config.label_smoothing
         )
+
+    def loss_targets(self, labels: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+        """`labels` with padding set to IGNORE_INDEX, checked against the (batch, target length) `shape`."""
+        if labels.shape != shape:
+            raise ValueError(f"labels have shape {tuple(labels.shape)}, expected (batch, target length) = {tuple(shape)}.")
+        return labels.masked_fill(labels == self.config.pad_token_id, IGNORE_INDEX)
 
     @staticmethod
     def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.Tensor) -> EncoderDecoderCache:

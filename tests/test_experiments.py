@@ -129,7 +129,8 @@ def test_only_names_known_runs(tmp_path):
 
 def test_the_campaign_file_loads():
     experiment = load_experiment(Path(__file__).resolve().parents[1] / "experiments" / "multi30k_en_de.json")
-    assert {run.group for run in experiment.runs} == {"main", "family", "depth"}
+    assert {run.group for run in experiment.runs} == {"main", "family", "precision", "depth"}
+    assert experiment.run("dwlstm-bf16").training["bf16"] is True
     assert experiment.run("dwlstm").seeds == [1, 2, 3] and experiment.run("residual-prenorm").seeds == [1, 2, 3]
     assert experiment.run("dwlstm-12l").model["encoder_layers"] == 12 and experiment.run("dwlstm-12l").model["d_model"] == 128
 

@@ -144,25 +144,28 @@ def test_bf16_training_runs_on_the_cpu_and_tracks_the_float32_loss(setup, tmp_pa
     assert parse_training_arguments(command_line)[2].use_cpu != torch.accelerator.is_available()
     losses = {}
     for name, bf16 in (("float32", False), ("bfloat16", True)):
-        logits = RecordLogitDtypes()
+        projections = RecordProjectionDtypes()
         trainer = train_translation(*arguments(setup, tmp_path / name, max_steps=4, save_steps=100, bf16=bf16),
-                                    callbacks=[logits])
+                                    callbacks=[projections])
         losses[name] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-        assert len(losses[name]) == 4 and logits.dtypes == {torch.bfloat16 if bf16 else torch.float32}
+        assert len(losses[name]) == 4 and projections.dtypes == {torch.bfloat16 if bf16 else torch.float32}
         assert all(parameter.dtype == torch.float32 for parameter in trainer.model.parameters())  # master weights
     assert all(math.isfinite(loss) for loss in losses["bfloat16"])
     # Measured: the four losses (about 6.0) differ by at most 6e-4; 0.5% leaves room for other CPUs' kernels.
     np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=0.005)
 
 
-class RecordLogitDtypes(TrainerCallback):
-    """The dtype of the logits in every forward pass of the training run (bfloat16 under autocast)."""
+class RecordProjectionDtypes(TrainerCallback):
+    """The dtypes of every projection's output in the training run (bfloat16 under autocast). The output
+    projection is not among them: a training step fuses it with the loss (loss.py)."""
 
     def __init__(self):
         self.dtypes = set()
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        model.lm_head.register_forward_hook(lambda module, inputs, output: self.dtypes.add(output.dtype))
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.register_forward_hook(lambda module, inputs, output: self.dtypes.add(output.dtype))
 
 
 def test_a_run_killed_while_saving_leaves_no_checkpoint(setup, tmp_path, monkeypatch):

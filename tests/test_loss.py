@@ -1,0 +1,48 @@
+"""The fused label-smoothed cross-entropy (issue 14) is the plain one: loss and gradients, float32 and bf16."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from modeling_dwlstm import loss as fused_loss
+from modeling_dwlstm.loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
+
+
+def plain(hidden, weight, labels, smoothing):
+    return F.cross_entropy(F.linear(hidden, weight).flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
+                           label_smoothing=smoothing)
+
+
+def loss_and_gradients(loss_function, hidden, weight, labels, smoothing, scale=1.0):
+    hidden, weight = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss = loss_function(hidden, weight, labels, smoothing)
+    (scale * loss).backward()
+    return loss.detach(), hidden.grad, weight.grad
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("rows_per_chunk", [3, 1000])  # several chunks (the last one short) / one chunk
+def test_fused_loss_and_gradients_equal_the_plain_path(monkeypatch, smoothing, rows_per_chunk):
+    vocab = 11
+    monkeypatch.setattr(fused_loss, "ROWS_PER_CHUNK_ELEMENTS", rows_per_chunk * vocab)
+    generator = torch.Generator().manual_seed(0)
+    hidden, weight = torch.randn(2, 7, 5, generator=generator), torch.randn(vocab, 5, generator=generator)
+    labels = torch.randint(0, vocab, (2, 7), generator=generator)
+    labels[0, 5:] = IGNORE_INDEX  # padding is ignored: no loss, no gradient
+    expected = loss_and_gradients(plain, hidden, weight, labels, smoothing, scale=3.0)
+    fused = loss_and_gradients(linear_label_smoothed_cross_entropy, hidden, weight, labels, smoothing, scale=3.0)
+    for got, want in zip(fused, expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert fused[1][0, 5:].abs().max() == 0  # the ignored positions get no gradient
+
+
+def test_fused_loss_under_bf16_autocast_follows_the_plain_path():
+    generator = torch.Generator().manual_seed(1)
+    hidden, weight = torch.randn(3, 6, 16, generator=generator), 0.3 * torch.randn(50, 16, generator=generator)
+    labels = torch.randint(0, 50, (3, 6), generator=generator)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = loss_and_gradients(plain, hidden, weight, labels, 0.1)
+        fused = loss_and_gradients(linear_label_smoothed_cross_entropy, hidden, weight, labels, 0.1)
+    assert fused[0].dtype == torch.float32 and fused[2].dtype == torch.float32
+    for got, want in zip(fused, expected):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-3)
