@@ -65,6 +65,7 @@ class QuickstartSettings:
     num_beams: int = 4
     max_new_tokens: int = 40  # the longest German test sentence has about 25 tokens; the untrained model babbles on
     seed: int = 0
+    bf16: bool = False  # train under bfloat16 autocast (issue 14: reaches float32's validation loss, README)
     model: dict = field(default_factory=lambda: dict(QUICKSTART_MODEL))
 
 
@@ -99,7 +100,7 @@ def run_quickstart(output_dir: str | Path, settings: QuickstartSettings | None =
         output_dir=str(run_dir), max_steps=settings.max_steps, warmup_steps=settings.warmup_steps,
         learning_rate=settings.learning_rate, save_strategy="no", logging_steps=max(1, settings.max_steps // 10),
         eval_strategy="steps", eval_steps=max(1, settings.max_steps // 2), eval_on_start=True, per_device_eval_batch_size=64,
-        seed=settings.seed, use_cpu=True, dataloader_num_workers=0, report_to="none",
+        seed=settings.seed, use_cpu=True, bf16=settings.bf16, dataloader_num_workers=0, report_to="none",
     )
     data_args = DataArguments(dataset=str(data_dir), source_lang=SOURCE_LANG, target_lang=TARGET_LANG,
                               validation_split="valid", max_tokens=settings.max_tokens)

@@ -30,11 +30,12 @@ if __name__ == "__main__":
     parser.add_argument("--threads", type=int, default=1, help=(
         "torch threads. The model is small: a second thread gains little on 2 dedicated cores and, when other "
         "processes share them, makes each step several times slower (threads wait for each other)."))
+    parser.add_argument("--bf16", action="store_true", help="Train under bfloat16 autocast (float32 weights and Adam).")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     # Through tqdm, so that log lines do not break into the progress bars.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", handlers=[TqdmLoggingHandler()])
     if args.overwrite and Path(args.output_dir).exists():
         shutil.rmtree(args.output_dir)
-    summary = run_quickstart(args.output_dir, QuickstartSettings(max_steps=args.max_steps))
+    summary = run_quickstart(args.output_dir, QuickstartSettings(max_steps=args.max_steps, bf16=args.bf16))
     print("\n" + format_summary(summary))

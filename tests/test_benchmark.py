@@ -128,6 +128,7 @@ def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_ch
     assert float32["ratio"] == pytest.approx(deep["float32"]["beam4"] / wide["float32"]["beam4"]) and float32["met"] is None
     share = checks["residual pre-norm fp32 training step, share of the matmul peak"]
     peak = report["machine"]["matmul_peak_flops_per_s"]
+    assert len(report["machine"]["matmul_peak_measurements"]) == 2 and peak == max(report["machine"]["matmul_peak_measurements"])
     assert share["ratio"] == pytest.approx(rows["residual-prenorm"]["train"][8]["flops_per_s"] / peak)
     table = format_report(report)
     assert "| marian (CTranslate2) |" in table and "| dwlstm 12+12 |" in table and "bfloat16+int8 beam4" in table
