@@ -1,0 +1,49 @@
+"""Which int8 route is fast on this CPU: greedy and beam-4 sentences/s of one base model (random weights, 32 sources of
+20 tokens, 24 forced new tokens, 2 threads, medians of 3 interleaved) in float32, bfloat16 weights, torchao int8
+weight-only (float32 / bfloat16 activations), torchao int8 W8A8 dynamic (precision.py's route), and the deprecated
+torch.ao.quantization.quantize_dynamic (fbgemm; it reaches only exact nn.Linear modules).
+
+    PYTHONPATH=. python experiments/benchmark/int8_routes.py residual-prenorm     # output in int8_routes.txt
+"""
+
+import copy
+import statistics
+import sys
+import time
+
+import torch
+from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_
+
+from modeling_dwlstm.benchmark import build_model, generate_forced, random_batch
+
+
+def torchao_copy(model, config, dtype=torch.float32):
+    quantized = copy.deepcopy(model).to(dtype)
+    quantize_(quantized, config, filter_fn=lambda module, name: isinstance(module, torch.nn.Linear))
+    return quantized
+
+
+def main(member: str):
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    base = build_model(member, "base").eval()
+    source = random_batch(32, 20, 1, 35603, seed=1)
+    fbgemm = torch.ao.quantization.quantize_dynamic(copy.deepcopy(base), {torch.nn.Linear}, dtype=torch.qint8)
+    variants = {"fp32": base, "bf16": copy.deepcopy(base).to(torch.bfloat16),
+                "w8 fp32": torchao_copy(base, Int8WeightOnlyConfig()),
+                "w8 bf16": torchao_copy(base, Int8WeightOnlyConfig(), torch.bfloat16),
+                "w8a8 fp32": torchao_copy(base, Int8DynamicActivationInt8WeightConfig()), "ao dynamic": fbgemm}
+    for beams in (1, 4):
+        for model in variants.values():
+            generate_forced(model, source, beams, 24, "cpu")
+        times = {name: [] for name in variants}
+        for _ in range(3):
+            for name, model in variants.items():
+                start = time.perf_counter()
+                generate_forced(model, source, beams, 24, "cpu")
+                times[name].append(time.perf_counter() - start)
+        print(f"beam{beams}", {name: round(32 / statistics.median(t), 1) for name, t in times.items()}, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "residual-prenorm")
