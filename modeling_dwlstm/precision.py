@@ -36,6 +36,9 @@ What each option does, and why this route:
   Multi30k model below `quantize_dynamic` reached 25 of its 36 projections and moved the logits by 2.9% of
   their range (teacher-forced argmax agreement 97.3%), torchao all 36 by 1.3% (99.0%). On a
   CPU without VNNI the ranges are reduced to 7 bits (torchao's `should_reduce_range`) to avoid overflow.
+  Speed: in eager PyTorch on this project's CPU, torchao's int8 decodes *slower* than float32 (0.61-0.99x;
+  `quantize_dynamic`'s fbgemm kernels were the fastest int8, 2.3x float32 greedy, but see above), while
+  bfloat16 weights gain 1.4-1.8x (README, issue 14's benchmark): int8 here saves memory, bfloat16 buys speed.
 - The output projection (`lm_head`, tied to the token embedding) is quantised too unless
   `quantize_output_projection=False`: it is about a third of a decode step at a 32k vocabulary. The
   quantised weight replaces `lm_head.weight`, which unties it: the embedding keeps its float weights.
