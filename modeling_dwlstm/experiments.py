@@ -317,8 +317,12 @@ def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, a
     atomic_write_json(record_dir / "results.json", results)
     groups = list(dict.fromkeys(run.group for run in experiment.runs))
     for group in groups:
-        histories = {row["run"].name: row["median"]["history"] for row in rows if row["run"].group == group}
-        if histories:
+        in_group = [row for row in rows if row["run"].group == group]
+        histories = {row["run"].name: row["median"]["history"] for row in in_group}
+        # A group measured against a run of another group draws that run too, so its curves have their reference.
+        outside = {row["run"].baseline for row in in_group} - set(histories)
+        histories.update({f"{row['run'].name} (baseline)": row["median"]["history"] for row in rows if row["run"].name in outside})
+        if in_group:
             plot_training(histories, record_dir / f"learning_curves_{group}.png", title=f"{experiment.name}: {group}")
     plot_bleu_intervals({row["run"]: (row["sacrebleu"], row["sacrebleu_interval"]) for row in table},
                         record_dir / "test_bleu.png", title=f"{experiment.name}: test sacreBLEU (median seed)")
