@@ -46,3 +46,27 @@ def test_fused_loss_under_bf16_autocast_follows_the_plain_path():
     assert fused[0].dtype == torch.float32 and fused[2].dtype == torch.float32
     for got, want in zip(fused, expected):
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-3)
+
+
+def test_a_compiled_training_step_traces_the_fused_loss():
+    """torch.compile (dynamo, the `eager` backend to keep it fast) traces the training step's fused loss: the
+    same loss and output-projection gradient as the uncompiled model."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from modeling_dwlstm import ResidualTransformerConfig
+    from modeling_dwlstm.benchmark import compiled, random_batch
+
+    config = ResidualTransformerConfig(vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                                       decoder_attention_heads=4, ffn_dim=24, dropout=0.0, attention_dropout=0.0)
+    batch = random_batch(3, 6, 5, 40)
+    models = []
+    for compile_it in (False, True):
+        torch.manual_seed(0)
+        model = AutoModelForSeq2SeqLM.from_config(config).train()
+        model = compiled(model, backend="eager") if compile_it else model
+        output = model(**batch)
+        assert output.logits is None  # a training step never materialises the logits
+        output.loss.backward()
+        models.append((output.loss.detach(), model.lm_head.weight.grad))
+    torch.testing.assert_close(models[1][0], models[0][0])
+    torch.testing.assert_close(models[1][1], models[0][1])
