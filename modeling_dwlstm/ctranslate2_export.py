@@ -46,7 +46,7 @@ def export_ctranslate2(model_dir: str, output_dir: str, quantization: str | None
     for float32). Returns `output_dir`."""
     from .checkpoints import load_saved_model, load_saved_tokenizer
 
-    converter_class = _converter_class()
+    _converter_class()  # a missing ctranslate2 or a bad quantization is refused before the model is loaded
     check_quantization(quantization)
     if Path(output_dir).resolve() in (Path(model_dir).resolve(), *Path(model_dir).resolve().parents):
         raise ValueError(f"--output_dir {output_dir} holds the model being exported (the export replaces the "
@@ -55,8 +55,7 @@ def export_ctranslate2(model_dir: str, output_dir: str, quantization: str | None
     check_exportable(model)
     tokenizer = load_saved_tokenizer(model_dir, "--model")
     prepare_output_dir(output_dir, overwrite)
-    return converter_class(partial(transformer_spec, model, tokenizer)).convert(str(output_dir), quantization=quantization,
-                                                                              force=True)
+    return convert_loaded(model, tokenizer, output_dir, quantization)
 
 
 def convert_loaded(model, tokenizer, output_dir: str, quantization: str | None = None) -> str:
