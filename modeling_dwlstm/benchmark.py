@@ -617,7 +617,7 @@ def check_targets(report: dict, settings: BenchmarkSettings) -> list[dict]:
     for name, kind, options in TARGETS:
         if kind == "fastest_vs_engine" and anchor and options["member"] in rows:
             member = options["member"]
-            paths = {precision: rates for precision, rates in rows[member]["generation"].items()}
+            paths = dict(rows[member]["generation"])
             paths.update({f"CTranslate2 {precision}": rates
                           for precision, rates in engines.get(f"{member} (CTranslate2)", {}).items()})
             for task, minimum in options["minimums"].items():
