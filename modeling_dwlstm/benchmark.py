@@ -14,11 +14,12 @@ interleaved within each repetition (rotating the order) and every number is a me
 Models are randomly initialised at the papers' sizes (`SIZES`), with one tied vocabulary. On a GPU
 everything runs under bf16 autocast; on a CPU in fp32 with `threads` threads, and (issue 14) also:
 
-- generation in every precision of `precisions` (`PRECISIONS`: bfloat16 weights, torchao int8, both;
+- generation in every precision of `precisions` (`PRECISIONS`: bfloat16 weights, int8, both;
   `precision.prepare_for_inference`, the path users run);
 - training under bfloat16 autocast (`train_bf16`), which is what `train_translation.py --bf16` does on a CPU;
 - CTranslate2 (`ctranslate2`), the engine users deploy with: Marian converted by CTranslate2's own Marian
-  loader, and the residual pre-norm member through our export, in float32 and int8 (the anchor row);
+  loader, and the residual pre-norm member through our export, in float32 and int8 (the anchor row), run
+  in a child process (`EngineProcess`) and interleaved with the rest;
 - 001 Table 6's efficiency claim (`depth_pair`): the 12+12 depth-wise LSTM against the 24+24 residual
   pre-norm model at base size, decoding in each precision.
 
@@ -196,25 +197,71 @@ def random_words_tokenizer(vocab_size: int, pad_last: bool = False):
                                    bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
 
 
-def ctranslate2_translators(models: dict, settings: "BenchmarkSettings", directory: str, log=print) -> dict:
-    """{(member, precision): ctranslate2.Translator} for the ENGINE_MEMBERS among `models`, each converted
-    once in float32 into `directory` and loaded in every ENGINE_PRECISIONS compute type. {} (with a message)
-    when CTranslate2 is not installed."""
+def ctranslate2_models(models: dict, settings: "BenchmarkSettings", directory: str, log=print) -> dict:
+    """{member: converted model directory} for the ENGINE_MEMBERS among `models`, each converted once in float32
+    into `directory` (every ENGINE_PRECISIONS compute type loads it). {} (with a message) when CTranslate2 is
+    not installed."""
     try:
-        import ctranslate2
+        import ctranslate2  # noqa: F401
     except ImportError:
         log("CTranslate2 rows skipped: ctranslate2 is not installed (pip install 'modeling-dwlstm[ctranslate2]').")
         return {}
     from .ctranslate2_export import convert_loaded
 
-    translators = {}
-    for member in [member for member in ENGINE_MEMBERS if member in models]:
-        tokenizer = random_words_tokenizer(settings.vocab_size, pad_last=member == MARIAN)
-        path = convert_loaded(models[member], tokenizer, str(Path(directory) / member))
-        for precision in ENGINE_PRECISIONS:
-            translators[member, precision] = ctranslate2.Translator(
-                path, device="cpu", compute_type=precision, intra_threads=settings.threads, inter_threads=1)
-    return translators
+    return {member: convert_loaded(models[member], random_words_tokenizer(settings.vocab_size, pad_last=member == MARIAN),
+                                   str(Path(directory) / member))
+            for member in ENGINE_MEMBERS if member in models}
+
+
+def ctranslate2_translators(paths: dict, threads: int) -> dict:
+    """{(member, precision): ctranslate2.Translator} for every converted model in `paths` and ENGINE_PRECISIONS."""
+    import ctranslate2
+
+    return {(member, precision): ctranslate2.Translator(path, device="cpu", compute_type=precision,
+                                                        intra_threads=threads, inter_threads=1)
+            for member, path in paths.items() for precision in ENGINE_PRECISIONS}
+
+
+class EngineProcess:
+    """CTranslate2's translators in a child process, translating on request; the parent times each request.
+
+    Why not in the benchmark's own process: there, after CTranslate2's first translation, PyTorch's int8
+    decoding ran 25-30% slower for the rest of the process (experiments/benchmark/ct2_interference.txt),
+    which would slow every generate() row interleaved after it. A request is one pipe round trip, well under
+    a millisecond against tasks of 0.3-3 s."""
+
+    def __init__(self, paths: dict, threads: int, source_tokens: list[list[str]]):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no PyTorch threads forked mid-state
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=serve_translations, args=(child, paths, threads, source_tokens), daemon=True)
+        self.process.start()
+        self.request(None)  # answered once the translators are loaded (or with the error that stopped them)
+
+    def request(self, task: tuple | None):
+        """Run `task` = ((member, precision), num_beams, new_tokens) in the child (None: only answer)."""
+        self.connection.send(task)
+        error = self.connection.recv()
+        if error:
+            raise RuntimeError(f"CTranslate2 worker failed: {error}")
+
+    def close(self):
+        self.connection.send("stop")
+        self.process.join(timeout=60)
+
+
+def serve_translations(connection, paths: dict, threads: int, source_tokens: list[list[str]]):
+    """The child of `EngineProcess`: load the translators, then translate each request until "stop"."""
+    try:
+        translators = ctranslate2_translators(paths, threads)
+        while (task := connection.recv()) != "stop":
+            if task is not None:
+                key, num_beams, new_tokens = task
+                translate_forced(translators[key], source_tokens, num_beams, new_tokens)
+            connection.send(None)
+    except Exception as error:  # reported to the parent, which raises it
+        connection.send(f"{type(error).__name__}: {error}")
 
 
 def translate_forced(translator, source_tokens: list[list[str]], num_beams: int, new_tokens: int) -> list[list[str]]:
@@ -498,17 +545,21 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
             batch = training_batches[settings.headline_length]
             tasks[member, "train_bf16"] = lambda m=model, o=optimizer, b=batch: training_step(m, o, b, device, bf16=True)
     with tempfile.TemporaryDirectory() as directory:
-        translators = ctranslate2_translators(models, settings, directory, log) if settings.ctranslate2 else {}
+        paths = ctranslate2_models(models, settings, directory, log) if settings.ctranslate2 else {}
         source_tokens = [[f"w{i}" for i in row] for row in source["input_ids"].tolist()]
-        for (member, precision), translator in translators.items():
-            for task, beams in (("beam4", 4), ("greedy", 1)):
-                tasks[f"{member} (CTranslate2)", task, precision] = (
-                    lambda t=translator, b=beams: translate_forced(t, source_tokens, b, settings.new_tokens))
+        engine = EngineProcess(paths, settings.threads, source_tokens) if paths else None
+        for member in paths:
+            for precision in ENGINE_PRECISIONS:
+                for task, beams in (("beam4", 4), ("greedy", 1)):
+                    tasks[f"{member} (CTranslate2)", task, precision] = (
+                        lambda r=((member, precision), beams, settings.new_tokens): engine.request(r))
         log(f"[{size}] warm-up of {len(members)} models ...")
         for task in tasks.values():
             task()
         log(f"[{size}] timing {len(tasks)} tasks x {settings.repeats} repeats, interleaved ...")
         seconds = interleaved_medians(tasks, settings.repeats, device)
+        if engine:
+            engine.close()
     results = {}
     rates = generation_rates(seconds, members, settings.precisions, settings)
     for member in members:
@@ -533,7 +584,7 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
             row["train_bf16"] = {"length": settings.headline_length, "step_s": step,
                                  "tokens_per_s": 2 * training_batches[settings.headline_length]["input_ids"].numel() / step}
         results[member] = row
-    engines = generation_rates(seconds, sorted({f"{member} (CTranslate2)" for member, _ in translators}), ENGINE_PRECISIONS,
+    engines = generation_rates(seconds, sorted(f"{member} (CTranslate2)" for member in paths), ENGINE_PRECISIONS,
                                settings)
     del models, optimizers, tasks
     if settings.measure_memory:
@@ -714,7 +765,8 @@ def write_report(report: dict, path: str | Path):
 
 __all__ = [
     "SIZES", "TARGETS", "PRECISIONS", "ENGINE_PRECISIONS", "DEPTH_PAIR", "BenchmarkSettings", "registered_members",
-    "build_model", "inference_copy", "random_words_tokenizer", "ctranslate2_translators", "training_flops",
+    "build_model", "inference_copy", "random_words_tokenizer", "ctranslate2_models", "ctranslate2_translators",
+    "EngineProcess", "training_flops",
     "decode_matmul_weights", "matmul_peak_flops", "training_step", "generate_forced", "translate_forced",
     "benchmark_depth_pair", "run_benchmark", "check_targets", "format_report", "write_report",
 ]

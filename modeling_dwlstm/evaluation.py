@@ -243,7 +243,7 @@ class EvaluationArguments:
         "modeling_dwlstm.precision).")})
     quantize: str = field(default="none", metadata={"choices": list(QUANTIZATIONS), "help": (
         "int8: every projection, the output projection included, int8 weights and dynamic int8 activations "
-        "(torchao; pip install 'modeling-dwlstm[quantize]').")})
+        "(CPU only; see modeling_dwlstm.precision).")})
 
 
 def run_evaluation(args: EvaluationArguments) -> dict:

@@ -22,23 +22,25 @@ What each option does, and why this route:
   LayerNorm, softmax and attention then run in bfloat16 too; `generate()` scores beams on float32
   copies of the logits. It works on every CPU, but only one with native bfloat16 (avx512_bf16, AMX)
   gains speed; elsewhere it can be slower than float32.
-- quantize "int8": torchao's `Int8DynamicActivationInt8WeightConfig` on every `nn.Linear` (subclasses
-  included: the fused attention projections, the depth-wise LSTM gates and the output projection).
-  Weights are int8 per output row (symmetric), activations int8 per token, their scales computed at
-  each call (dynamic), the products accumulated in int32 and rescaled (W8A8). Why torchao:
-  `torch.ao.quantization.quantize_dynamic` is deprecated in favour of torchao (it says so when called),
-  and it looks module types up exactly (`type(module) in {nn.Linear}`), so it skips `nn.Linear`
-  subclasses: our `FusedLinear` attention projections (18 of 67 projections of the base residual
-  model) and `DepthwiseLstmGates` stay float32 under it. torchao's `quantize_` selects by `isinstance`,
-  swaps the weight for a quantised tensor inside the same module (so a module shared between layers, and
-  the forward around it, stay as they are), and is what transformers' own `TorchAoConfig` uses. Per-row
-  weights and per-token activations also lose less than `quantize_dynamic`'s per-tensor scales: on the
-  Multi30k model below `quantize_dynamic` reached 25 of its 36 projections and moved the logits by 2.9% of
-  their range (teacher-forced argmax agreement 97.3%), torchao all 36 by 1.3% (99.0%). On a
-  CPU without VNNI the ranges are reduced to 7 bits (torchao's `should_reduce_range`) to avoid overflow.
-  Speed: in eager PyTorch on this project's CPU, torchao's int8 decodes *slower* than float32 (0.61-0.99x;
-  `quantize_dynamic`'s fbgemm kernels were the fastest int8, 2.3x float32 greedy, but see above), while
-  bfloat16 weights gain 1.4-1.8x (README, issue 14's benchmark): int8 here saves memory, bfloat16 buys speed.
+- quantize "int8": every `nn.Linear` (subclasses included: the fused attention projections, the
+  depth-wise LSTM gates and the output projection) computes in int8 (W8A8, dynamic): weights int8 per
+  output row (symmetric), activations int8 per token with their scales computed at each call, the
+  product accumulated in int32 by `torch._int_mm` (PyTorch's int8 GEMM) and rescaled to the model's dtype.
+  The module stays where it was, with its attributes and methods (a module shared between layers, the
+  gates' `activations`, the forward around it are unchanged): only its class gains `Int8Projection`'s
+  forward and its weight becomes int8. Why not a library: torchao's `Int8DynamicActivationInt8WeightConfig`
+  (this module's route until the second round of issue 14) does the same arithmetic but, on a CPU, its
+  `safe_int_mm` falls back to an int32 `torch.matmul` in eager mode and to a float32 matmul under
+  `torch.compile`, so no int8 kernel ever runs: it decoded at 0.61-0.99x float32 here, while `torch._int_mm`
+  multiplies at about 2x bfloat16's and 4-8x float32's rate on this CPU (experiments/benchmark/int8_gemm.txt),
+  and this route decodes the base depth-wise LSTM at 2.6x float32 greedy and 2.3x at beam 4, 1.2-1.5x bfloat16
+  weights (experiments/benchmark/int8_routes.txt, int8run.md). Keep the model float32 around it: bfloat16 +
+  int8 was slower than int8 alone in every measurement (the casts around each product);
+  `torch.ao.quantization.quantize_dynamic` (fbgemm) is deprecated and looks module types up exactly, so it
+  skips every `nn.Linear` subclass. Standard tools still see every projection: torchao's `quantize_` and
+  PEFT's LoRA reach them all (tests/test_precision.py). On a CPU without VNNI the activations use 7-bit
+  ranges (as torchao's `should_reduce_range` does) so that u8 x s8 pair sums cannot saturate int16.
+  The int8 path is for CPUs; on a GPU use bfloat16.
 - The output projection (`lm_head`, tied to the token embedding) is quantised too unless
   `quantize_output_projection=False`: it is about a third of a decode step at a 32k vocabulary. The
   quantised weight replaces `lm_head.weight`, which unties it: the embedding keeps its float weights.
@@ -46,11 +48,15 @@ What each option does, and why this route:
   test_2016_flickr sentences; sacreBLEU greedy / beam 4): float32 15.77 / 16.17, bfloat16 16.19 / 16.25,
   int8 without the output projection 15.75 / 16.34, int8 with it 15.69 / 16.46, bfloat16 + int8
   16.05 / 16.54; teacher-forced argmax agreement with float32 99.8% (bfloat16), 99.4% and 99.0% (int8
-  without / with the output projection). Quantising it costs nothing measurable, so it is the default.
+  without / with the output projection), measured with the torchao route (the same arithmetic). Quantising
+  it costs nothing measurable, so it is the default.
 
 A prepared model is for inference: int8 weights take no gradient, and it is not meant to be saved
 (keep the float32 checkpoint and prepare it after loading). Preparing a model twice is refused.
 """
+
+import functools
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -58,7 +64,7 @@ from torch import nn
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 QUANTIZATIONS = ("none", "int8")
 OUTPUT_PROJECTION = "lm_head"
-INSTALL_TORCHAO = "pip install 'modeling-dwlstm[quantize]' (or: pip install torchao)"
+SMALLEST_SCALE = 1e-12  # an all-zero row (a padded position) quantises to zeros instead of dividing by zero
 
 
 def prepare_for_inference(model: nn.Module, dtype: str = "float32", quantize: str = "none",
@@ -77,30 +83,64 @@ def prepare_for_inference(model: nn.Module, dtype: str = "float32", quantize: st
 
 
 def check_precision(dtype: str, quantize: str) -> None:
-    """A one-line ValueError for an unknown dtype or quantisation, or for int8 without torchao installed."""
+    """A one-line ValueError for an unknown dtype or quantisation."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}.")
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZATIONS)}, got {quantize!r}.")
-    if quantize == "int8":
-        _torchao()
+
+
+class Int8Projection:
+    """The forward of an `nn.Linear` whose weight is int8 (`weight_scale` per output row), mixed in before the
+    module's own class by `quantize_int8`:
+
+        s_x = max|x_t| / r   (per token, r = 127, or 63 without VNNI)     x_q = round(x / s_x)
+        y   = (x_q @ W_q^T) * s_W * s_x + b                                 (int32 product, rescaled)
+    """
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        rows = input.reshape(-1, self.in_features)  # (N, in)
+        scale = rows.abs().amax(dim=1, keepdim=True).float().clamp_(min=SMALLEST_SCALE) / self.activation_range  # (N, 1)
+        quantized = (rows / scale).round_().to(torch.int8)  # (N, in)
+        output = torch._int_mm(quantized, self.weight.t()).float().mul_(self.weight_scale).mul_(scale)  # (N, out)
+        if self.bias is not None:
+            output += self.bias
+        return output.to(input.dtype).unflatten(0, input.shape[:-1])
+
+
+@functools.cache
+def int8_class(linear_class: type) -> type:
+    """`linear_class` with `Int8Projection`'s forward (Int8Linear, Int8FusedLinear, Int8DepthwiseLstmGates)."""
+    return type(f"Int8{linear_class.__name__}", (Int8Projection, linear_class), {})
 
 
 def quantize_int8(model: nn.Module, output_projection: bool = True) -> nn.Module:
-    """torchao int8 dynamic-activation / int8-weight quantisation of every `nn.Linear` of `model` (and of
-    `lm_head` only when `output_projection`), in place; see the module docstring."""
-    quantize_, Int8DynamicActivationInt8WeightConfig, should_reduce_range = _torchao()
-    device = next(model.parameters()).device
-    config = Int8DynamicActivationInt8WeightConfig(
-        reduce_range=should_reduce_range(device),  # 7-bit ranges where the CPU has no VNNI (overflow otherwise)
-        set_inductor_config=False,  # a library call should not change global torch.compile settings
-    )
-
-    def selected(module: nn.Module, name: str) -> bool:
-        return isinstance(module, nn.Linear) and (output_projection or name != OUTPUT_PROJECTION)
-
-    quantize_(model, config, filter_fn=selected)
+    """int8 dynamic-activation / int8-weight quantisation of every `nn.Linear` of `model` (and of `lm_head`
+    only when `output_projection`), in place; see the module docstring."""
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("int8 quantisation is for CPU inference (torch._int_mm); on a GPU use dtype='bfloat16'.")
+    activation_range = 127 if cpu_has_vnni() else 63
+    for name, module in model.named_modules():  # each module once, shared ones included
+        if isinstance(module, nn.Linear) and (output_projection or name != OUTPUT_PROJECTION):
+            weight = module.weight.detach().float()  # (out, in)
+            scale = weight.abs().amax(dim=1).clamp(min=SMALLEST_SCALE) / 127  # (out,)
+            # A new parameter: a tied output projection unties, the embedding keeps its float weights.
+            module.weight = nn.Parameter((weight / scale[:, None]).round().to(torch.int8), requires_grad=False)
+            module.register_buffer("weight_scale", scale, persistent=False)
+            module.activation_range = activation_range
+            module.__class__ = int8_class(type(module))
     return model
+
+
+@functools.cache
+def cpu_has_vnni() -> bool:
+    """Whether this CPU has int8 dot-product instructions (VNNI or AMX), from Linux's /proc/cpuinfo; False when
+    it cannot tell, which only costs the activations a bit of range."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text(encoding="utf-8").split())
+    except OSError:
+        return False
+    return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
 
 
 def linear_modules(model: nn.Module) -> list[nn.Linear]:
@@ -109,17 +149,9 @@ def linear_modules(model: nn.Module) -> list[nn.Linear]:
 
 
 def is_quantized(module: nn.Linear) -> bool:
-    """Whether the weight of `module` is a quantised tensor (torchao's int8 tensors)."""
-    return type(module.weight) not in (nn.Parameter, torch.Tensor)
+    """Whether `module` computes in int8 (`quantize_int8`) or its weight is another library's quantised tensor."""
+    return isinstance(module, Int8Projection) or type(module.weight) not in (nn.Parameter, torch.Tensor)
 
 
-def _torchao():
-    try:
-        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
-        from torchao.utils import should_reduce_range
-    except ImportError as error:
-        raise ValueError(f"int8 quantisation needs torchao: {INSTALL_TORCHAO}.") from error
-    return quantize_, Int8DynamicActivationInt8WeightConfig, should_reduce_range
-
-
-__all__ = ["DTYPES", "QUANTIZATIONS", "check_precision", "prepare_for_inference", "quantize_int8", "linear_modules", "is_quantized"]
+__all__ = ["DTYPES", "QUANTIZATIONS", "Int8Projection", "check_precision", "cpu_has_vnni", "prepare_for_inference",
+           "quantize_int8", "linear_modules", "is_quantized"]

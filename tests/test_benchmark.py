@@ -14,8 +14,10 @@ from modeling_dwlstm.benchmark import (
     MARIAN,
     PRECISIONS,
     BenchmarkSettings,
+    EngineProcess,
     build_model,
     compiled,
+    ctranslate2_models,
     ctranslate2_translators,
     decode_matmul_weights,
     format_report,
@@ -145,11 +147,28 @@ def test_ctranslate2_runs_marian_and_our_export_as_generate_does():
             torch.manual_seed(0)
             model = build_model(member, "tiny", VOCAB).eval()
             settings = BenchmarkSettings(vocab_size=VOCAB, threads=1)
-            translator = ctranslate2_translators({member: model}, settings, directory)[member, "float32"]
+            paths = ctranslate2_models({member: model}, settings, directory)
+            translator = ctranslate2_translators(paths, threads=1)[member, "float32"]
             words = translate_forced(translator, [[f"w{i}" for i in row] for row in source["input_ids"].tolist()], 1, 5)
             expected = generate_forced(model, source, 1, new_tokens=5, device="cpu")[:, 1:]
             tokenizer = random_words_tokenizer(VOCAB, pad_last=member == MARIAN)
             assert [tokenizer.convert_tokens_to_ids(sentence) for sentence in words] == expected.tolist(), member
+
+
+def test_the_engine_process_translates_on_request_and_reports_its_errors(tmp_path):
+    """The benchmark's CTranslate2 rows run in a child process (EngineProcess): a request returns when the child
+    has translated; a failure there is raised here with its message instead of hanging the benchmark."""
+    torch.manual_seed(0)
+    model = build_model("residual-prenorm", "tiny", VOCAB).eval()
+    paths = ctranslate2_models({"residual-prenorm": model}, BenchmarkSettings(vocab_size=VOCAB, threads=1), str(tmp_path))
+    engine = EngineProcess(paths, threads=1, source_tokens=[["w7", "w8", "w9"], ["w10"]])
+    try:
+        engine.request((("residual-prenorm", "int8"), 2, 3))
+        with pytest.raises(RuntimeError, match="CTranslate2 worker failed: KeyError"):
+            engine.request((("marian", "int8"), 2, 3))  # never converted
+    finally:
+        engine.close()
+    assert not engine.process.is_alive()
 
 
 @pytest.mark.parametrize("change, message", [

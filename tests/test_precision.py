@@ -11,6 +11,7 @@ from conftest import CASES, random_ids, run_script, tiny_model
 from peft import LoraConfig, get_peft_model
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torchao.quantization import Int8WeightOnlyConfig, quantize_
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
 from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig
@@ -29,24 +30,25 @@ MEMBER_CASES = [next(case for case, (config_class, _) in CASES.items() if config
 DWLSTM_CASES = ["dwlstm-glu-global-gates-shared-hidden-concat", "dwlstm-ffn-none-gates-own-hidden-add", "dwlstm-two-lstm"]
 
 
-class LinearWeights(TorchFunctionMode):
-    """Records the type of the weight of every F.linear call (nn.Linear and subclasses call it)."""
+class LinearCalls(TorchFunctionMode):
+    """Records the weight type of every F.linear call (nn.Linear and subclasses call it) and counts int8 GEMMs."""
 
     def __init__(self):
         super().__init__()
-        self.weight_types = []
+        self.weight_types, self.int8_products = [], 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is nn.functional.linear:
             self.weight_types.append(type(args[1] if len(args) > 1 else kwargs["weight"]))
+        self.int8_products += func is torch._int_mm
         return func(*args, **kwargs)
 
 
-def forward_weight_types(model) -> list[type]:
-    with torch.no_grad(), LinearWeights() as calls:
+def linear_calls(model) -> LinearCalls:
+    with torch.no_grad(), LinearCalls() as calls:
         model(input_ids=random_ids(2, 5), decoder_input_ids=random_ids(2, 4, seed=2))
-    return calls.weight_types
+    return calls
 
 
 @pytest.mark.parametrize("case", MEMBER_CASES + DWLSTM_CASES)
@@ -55,13 +57,48 @@ def test_int8_reaches_every_projection_of_every_member(case):
     projections = linear_modules(model)
     assert any(isinstance(module, FusedLinear) for module in projections)  # subclasses are counted
     assert not any(is_quantized(module) for module in projections)
-    assert all(weight is nn.Parameter for weight in forward_weight_types(model))
+    before = linear_calls(model)
+    assert before.weight_types and all(weight is nn.Parameter for weight in before.weight_types)
     prepare_for_inference(model, quantize="int8")
     assert [is_quantized(module) for module in projections] == [True] * len(projections)
-    # Every linear map the forward pass computes, shared gates in each layer using them included, is int8.
-    weight_types = forward_weight_types(model)
-    assert weight_types and not any(weight is nn.Parameter for weight in weight_types), weight_types
-    assert model.lm_head.weight is not model.model.shared.weight and type(model.model.shared.weight) is nn.Parameter
+    # Every linear map the forward pass computes, shared gates in each layer using them included, is an int8
+    # product now, and the modules kept their classes (the gates their `activations`).
+    after = linear_calls(model)
+    assert (after.weight_types, after.int8_products) == ([], len(before.weight_types))
+    assert all(module.weight.dtype == torch.int8 for module in projections)
+    assert any(isinstance(module, FusedLinear) for module in projections)
+    assert model.lm_head.weight is not model.model.shared.weight and model.model.shared.weight.dtype == torch.float32
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES + DWLSTM_CASES)
+def test_torchaos_standard_quantiser_reaches_every_projection_of_every_member(case):
+    model = tiny_model(case)
+    calls = len(linear_calls(model).weight_types)
+    quantize_(model, Int8WeightOnlyConfig())  # selects by isinstance(module, nn.Linear), as tools do
+    weight_types = linear_calls(model).weight_types
+    assert len(weight_types) == calls and not any(weight is nn.Parameter for weight in weight_types), weight_types
+
+
+def test_int8_product_equals_the_dequantised_float_product():
+    """`Int8Projection` computes exactly (x_q W_q^T) s_W s_x + b: checked against the same arithmetic in float64."""
+    torch.manual_seed(0)
+    linear = nn.Linear(24, 40)
+    inputs = torch.randn(3, 5, 24)
+    inputs[0, 0] = 0  # an all-zero row (padding) stays zero, no division by zero
+    weight = linear.weight.detach().double()
+    prepare_for_inference(linear, quantize="int8")
+    weight_scale = weight.abs().amax(1) / 127
+    weight_q = (weight / weight_scale[:, None]).round()
+    assert torch.equal(linear.weight, weight_q.to(torch.int8))
+    rows = inputs.reshape(-1, 24).double()
+    scale = rows.abs().amax(1, keepdim=True).clamp(min=1e-12) / linear.activation_range
+    expected = ((rows / scale).round() @ weight_q.t()) * weight_scale * scale + linear.bias.double()
+    output = linear(inputs)
+    assert output.shape == (3, 5, 40) and output.dtype == torch.float32
+    torch.testing.assert_close(output.reshape(-1, 40).double(), expected, rtol=1e-5, atol=1e-5)
+    assert output[0, 0].equal(linear.bias.detach())
+    assert linear(inputs[:0]).shape == (0, 5, 40)  # an empty batch
+    assert linear(inputs.bfloat16()).dtype == torch.bfloat16  # the output in the model's dtype
 
 
 @pytest.mark.parametrize("case", ["dwlstm", *DWLSTM_CASES])
@@ -72,7 +109,7 @@ def test_lora_all_linear_wraps_every_projection_of_the_depthwise_lstm_gates_incl
         expected = model(**inputs).logits
     projections = [module for module in linear_modules(model) if module is not model.lm_head]
     assert sum(isinstance(module, DepthwiseLstmGates) for module in projections) >= 2
-    calls_without_adapter = len(forward_weight_types(model)) - 1  # all but the output projection
+    calls_without_adapter = len(linear_calls(model).weight_types) - 1  # all but the output projection
     adapted = get_peft_model(model, LoraConfig(target_modules="all-linear", r=2))  # "all-linear" leaves out lm_head
     wrapped = [module.base_layer for module in adapted.modules() if hasattr(module, "lora_A")]
     assert {id(module) for module in wrapped} == {id(module) for module in projections}
