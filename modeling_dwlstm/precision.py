@@ -1,6 +1,6 @@
 """Low precision for inference: bfloat16 weights and int8 dynamic quantisation of every projection.
 
-`prepare_for_inference(model, dtype="bfloat16", quantize="int8")` changes a loaded translation model in
+`prepare_for_inference(model, quantize="int8")` changes a loaded translation model in
 place and returns it: still a normal `PreTrainedModel`, so `generate()`, `translate_sentences`,
 `scripts/evaluate_translation.py --dtype bfloat16 --quantize int8` and the translation pipeline take it:
 
@@ -8,7 +8,7 @@ place and returns it: still a normal `PreTrainedModel`, so `generate()`, `transl
     import modeling_dwlstm
     from modeling_dwlstm.precision import prepare_for_inference
 
-    model = prepare_for_inference(AutoModelForSeq2SeqLM.from_pretrained("my-model"), "bfloat16", "int8")
+    model = prepare_for_inference(AutoModelForSeq2SeqLM.from_pretrained("my-model"), quantize="int8")
     translator = pipeline("translation_en_to_de", model=model, tokenizer=AutoTokenizer.from_pretrained("my-model"))
 
 (bfloat16 alone needs nothing of this module: `pipeline("translation_en_to_de", model="my-model",

@@ -4,7 +4,7 @@
         --data wmt14 --split test --source_lang en --target_lang de --num_beams 4
     python scripts/evaluate_translation.py --model my-model --output_dir eval \
         --source_file test.en --reference_file test.de --target_lang de --baseline_hypotheses other/hypotheses.txt
-    python scripts/evaluate_translation.py ... --dtype bfloat16 --quantize int8   # low precision (precision.py)
+    python scripts/evaluate_translation.py ... --quantize int8   # or --dtype bfloat16: low precision (precision.py)
 
 Writes `hypotheses.txt` (input order) and `results.json` into --output_dir and prints the results.
 The work is done by `modeling_dwlstm.evaluation.run_evaluation`.
