@@ -43,6 +43,7 @@ from transformers.modeling_outputs import (
 
 from .configuration_translation import TranslationTransformerConfig
 from .loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
+from .precision import is_quantized, linear_modules
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
@@ -524,7 +525,11 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Also save the translation pipeline (transformers 5 dropped the task), so that
-        `pipeline("translation", model=save_directory, trust_remote_code=True)` works anywhere."""
+        `pipeline("translation", model=save_directory, trust_remote_code=True)` works anywhere. An int8-prepared
+        model is refused before anything is written: its int8 weights would load back as floats, silently wrong."""
+        if any(is_quantized(module) for module in linear_modules(self)):
+            raise ValueError("This model was quantised to int8 for inference (precision.prepare_for_inference) and "
+                             "cannot be saved: save the float32 model, and prepare it again after loading.")
         self.config.custom_pipelines = {**(getattr(self.config, "custom_pipelines", None) or {}), **translation_pipeline_tasks(self.config)}
         super().save_pretrained(save_directory, *args, **kwargs)
         if PIPELINE_FILE.exists() and kwargs.get("is_main_process", True):

@@ -221,6 +221,16 @@ def test_bad_precision_settings_are_refused(change, message):
         prepare_for_inference(tiny_model("dwlstm"), **change)
 
 
+def test_an_int8_model_is_not_saved(tmp_path):
+    """Its int8 weights would load back into a float model as large floats: refused before any file is written."""
+    model = prepare_for_inference(tiny_model("dwlstm"), quantize="int8")
+    with pytest.raises(ValueError, match="cannot be saved: save the float32 model"):
+        model.save_pretrained(tmp_path / "int8")
+    assert not (tmp_path / "int8").exists()
+    prepare_for_inference(tiny_model("dwlstm"), "bfloat16").save_pretrained(tmp_path / "bf16")  # bfloat16 is saved
+    assert (tmp_path / "bf16" / "model.safetensors").exists()
+
+
 def test_a_prepared_model_is_not_prepared_again():
     model = prepare_for_inference(tiny_model("residual-pre"), quantize="int8")
     with pytest.raises(ValueError, match="already quantised"):
