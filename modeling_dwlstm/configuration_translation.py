@@ -79,7 +79,8 @@ class TranslationTransformerConfig(PreTrainedConfig):
     """
 
     model_type = "dwlstm-base"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # Output keys Trainer leaves out of evaluation logits: the cache, named `cache` from transformers 5.24 on.
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",

@@ -23,7 +23,7 @@ References: SPEC = ../shared/SPEC.md; 000-004 = the papers in ../shared/papers/ 
 import math
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,12 +40,29 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
+from transformers.utils import logging
 
 from .configuration_translation import TranslationTransformerConfig
 from .loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
 from .precision import is_quantized, linear_modules
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
+
+logger = logging.get_logger(__name__)
+
+# transformers 5.24 renamed the KV cache `past_key_values` to `cache`: the keyword generate() passes to forward(),
+# the field of the output classes and the keyword GradientCheckpointingLayer clears. Both versions are supported
+# here and nowhere else: the forwards take either keyword (`cache_argument`), return the cache under the installed
+# version's field name, and the decoder drops the cache under gradient checkpointing itself. Inside the package
+# the cache keeps its old name.
+CACHE_FIELD = "cache" if "cache" in {field.name for field in fields(Seq2SeqLMOutput)} else "past_key_values"
+
+
+def cache_argument(past_key_values: Cache | None, cache: Cache | None) -> Cache | None:
+    """The cache a forward was given, under either name (`cache` is the one generate() passes from 5.24 on)."""
+    if past_key_values is not None and cache is not None and past_key_values is not cache:
+        raise ValueError("Pass the cache once: as `cache` or as `past_key_values` (its name before transformers 5.24).")
+    return past_key_values if cache is None else cache
 
 
 # ---------------------------------------------------------------------------------------------
@@ -448,11 +465,19 @@ class TranslationDecoder(TranslationStack):
 
     def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
                 past_key_values=None, inputs_embeds=None, use_cache=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None) -> BaseModelOutputWithPastAndCrossAttentions:
+                output_hidden_states=None, return_dict=None, cache=None) -> BaseModelOutputWithPastAndCrossAttentions:
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states` (the encoder's output).")
+        past_key_values = cache_argument(past_key_values, cache)
+        if self.training and torch.is_grad_enabled() and any(getattr(layer, "gradient_checkpointing", False) for layer in self.layers):
+            # A checkpointed layer runs again in the backward pass and would write its keys and values into the
+            # cache twice. GradientCheckpointingLayer drops the cache only under its own version's keyword, so the
+            # decoder does it, as transformers' models turn `use_cache` off under gradient checkpointing.
+            if use_cache or past_key_values is not None:
+                logger.warning_once("Caching is incompatible with gradient checkpointing: the decoder runs without a cache.")
+            use_cache, past_key_values = False, None
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
@@ -481,7 +506,7 @@ class TranslationDecoder(TranslationStack):
         all_hidden[-1] = output
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=output,
-            past_key_values=past_key_values,
+            **{CACHE_FIELD: past_key_values},
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
             attentions=tuple(self_attentions) if output_attentions else None,
             cross_attentions=tuple(cross_attentions) if output_attentions else None,
@@ -601,7 +626,8 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 encoder_outputs=None, past_key_values: Cache | None = None, inputs_embeds=None,
                 decoder_inputs_embeds=None, use_cache=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None) -> Seq2SeqModelOutput:
+                return_dict=None, cache: Cache | None = None) -> Seq2SeqModelOutput:
+        past_key_values = cache_argument(past_key_values, cache)
         if use_cache is None:
             use_cache = self.config.use_cache
         if encoder_outputs is None:
@@ -623,7 +649,7 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
         )
         output = Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_FIELD: getattr(decoder_outputs, CACHE_FIELD)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -670,7 +696,8 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 encoder_outputs=None, past_key_values: Cache | None = None, inputs_embeds=None,
                 decoder_inputs_embeds=None, labels=None, use_cache=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None) -> Seq2SeqLMOutput:
+                output_hidden_states=None, return_dict=None, cache: Cache | None = None) -> Seq2SeqLMOutput:
+        past_key_values = cache_argument(past_key_values, cache)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:

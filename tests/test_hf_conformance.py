@@ -4,8 +4,13 @@ model (MarianMTModel is the reference), for every family member."""
 import pytest
 import torch
 import torch.nn.functional as F
+import transformers
 from conftest import random_ids, tiny_model
-from transformers import AutoModelForSeq2SeqLM
+from packaging.version import Version
+from transformers import AutoModelForSeq2SeqLM, Trainer, TrainingArguments
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+
+from modeling_dwlstm.modeling_translation import CACHE_FIELD
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -99,3 +104,75 @@ def test_generate_refuses_sources_without_tokens_instead_of_hallucinating(inputs
         model.generate(**inputs, max_new_tokens=3)
     with pytest.raises(ValueError, match="have no tokens"):
         model.generate(inputs["input_ids"], **{k: v for k, v in inputs.items() if k != "input_ids"}, max_new_tokens=3)
+
+
+# --- The cache under both names: transformers 5.24 renamed `past_key_values` to `cache` ----------------------------
+
+
+def test_the_cache_field_is_the_installed_transformers_name():
+    expected = "cache" if Version(transformers.__version__) >= Version("5.24") else "past_key_values"
+    assert CACHE_FIELD == expected
+
+
+@pytest.mark.parametrize("case", ["dwlstm", "residual-pre", "ta-post"])
+def test_the_cache_is_taken_under_either_name(case):
+    """generate() passes `cache` from transformers 5.24 on, `past_key_values` before; users may write either.
+    The output carries the cache where the installed version's generate() looks for it."""
+    model = tiny_model(case)
+    input_ids, decoder_input_ids = random_ids(2, 7), random_ids(2, 4, seed=3)
+    encoder_outputs = model.get_encoder()(input_ids=input_ids)
+    decoder_states = model.model.decoder.cross_attention_source.encoder_states(encoder_outputs)
+    with torch.no_grad():
+        full = model(encoder_outputs=encoder_outputs, decoder_input_ids=decoder_input_ids, use_cache=False)
+        for name in ("cache", "past_key_values"):
+            first = model(encoder_outputs=encoder_outputs, decoder_input_ids=decoder_input_ids[:, :3], use_cache=True)
+            assert CACHE_FIELD in first and isinstance(first[CACHE_FIELD], EncoderDecoderCache)
+            last = model(encoder_outputs=encoder_outputs, decoder_input_ids=decoder_input_ids[:, 3:],
+                         **{name: first[CACHE_FIELD]})
+            torch.testing.assert_close(last.logits, full.logits[:, 3:], rtol=1e-5, atol=1e-5)
+            # The bare model and the decoder alone take both names too.
+            first = model.model.decoder(input_ids=decoder_input_ids[:, :3], encoder_hidden_states=decoder_states,
+                                        use_cache=True)
+            last = model.model(encoder_outputs=encoder_outputs, decoder_input_ids=decoder_input_ids[:, 3:],
+                               **{name: getattr(first, CACHE_FIELD)})
+            torch.testing.assert_close(model.lm_head(last.last_hidden_state), full.logits[:, 3:], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="Pass the cache once"):
+        model(encoder_outputs=encoder_outputs, decoder_input_ids=decoder_input_ids,
+              past_key_values=EncoderDecoderCache(DynamicCache(), DynamicCache()),
+              cache=EncoderDecoderCache(DynamicCache(), DynamicCache()))
+
+
+@pytest.mark.parametrize("case", ["dwlstm", "residual-pre", "ta-post"])
+def test_gradient_checkpointing_trains_the_bare_model_without_a_cache(case):
+    """The bare model caches by default (config.use_cache). A checkpointed layer runs again in the backward pass
+    and would write the cache twice (with transformers 5.24, which clears only a `cache` keyword, the backward
+    pass failed on mismatched shapes): the decoder runs without a cache, with the gradients it has without
+    checkpointing."""
+
+    def forward_backward(model):
+        model.train()
+        out = model.model(input_ids=random_ids(2, 7), decoder_input_ids=random_ids(2, 5, seed=2))
+        out.last_hidden_state.pow(2).sum().backward()
+        return out, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    model = tiny_model(case)
+    cached, expected = forward_backward(model)
+    assert isinstance(cached[CACHE_FIELD], Cache)
+    model.zero_grad(set_to_none=True)
+    model.activation_checkpointing_enable()
+    out, gradients = forward_backward(model)
+    assert out.get(CACHE_FIELD) is None
+    assert gradients.keys() == expected.keys()
+    for name, grad in gradients.items():
+        torch.testing.assert_close(grad, expected[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_trainer_leaves_the_cache_out_of_evaluation_logits(tmp_path):
+    """Trainer drops `config.keys_to_ignore_at_inference` from a forward's outputs before gathering them; the
+    cache is `past_key_values` before transformers 5.24 and `cache` after. (Trainer turns caching off unless
+    its `use_cache` says otherwise.)"""
+    model = tiny_model("dwlstm")
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, use_cache=True, report_to=[], disable_tqdm=True)
+    inputs = dict(input_ids=random_ids(2, 7), decoder_input_ids=random_ids(2, 4, seed=3))
+    _, logits, _ = Trainer(model=model, args=args).prediction_step(model, inputs, prediction_loss_only=False)
+    assert all(isinstance(tensor, torch.Tensor) for tensor in logits)  # the logits and the encoder output

@@ -11,6 +11,8 @@ import torch
 from conftest import CASES, WITHOUT_PACKAGE, random_ids, tiny_model
 from transformers import AutoModelForSeq2SeqLM
 
+from modeling_dwlstm.modeling_translation import CACHE_FIELD
+
 
 def assert_gradients_reach_every_parameter(model):
     model.train()
@@ -29,8 +31,8 @@ def assert_cached_steps_equal_full_forward(model, steps: int = 6):
         cache, step_logits = None, []
         for t in range(steps):
             out = model(encoder_outputs=encoder_outputs, decoder_input_ids=decoder_input_ids[:, t : t + 1],
-                        past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+                        use_cache=True, **{CACHE_FIELD: cache})  # as generate() passes it
+            cache = getattr(out, CACHE_FIELD)
             step_logits.append(out.logits)
     torch.testing.assert_close(torch.cat(step_logits, dim=1), full, rtol=1e-5, atol=1e-5)
 
@@ -213,5 +215,5 @@ def test_given_cache_is_used_even_when_config_disables_caching():
     with torch.no_grad():
         full = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits
         first = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids[:, :3], use_cache=True)
-        last = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids[:, 3:], past_key_values=first.past_key_values)
+        last = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids[:, 3:], **{CACHE_FIELD: getattr(first, CACHE_FIELD)})
     torch.testing.assert_close(last.logits, full[:, 3:], rtol=1e-5, atol=1e-5)
