@@ -407,10 +407,12 @@ class ForbidEndOfSentence(LogitsProcessor):
 def generate_forced(model: nn.Module, batch: dict, num_beams: int, new_tokens: int, device: str) -> torch.Tensor:
     """generate() that emits exactly `new_tokens` tokens per sentence (EOS is forbidden, so it stops at the length)."""
     model.eval()
+    # max_length counts the decoder start too; max_new_tokens beside the generation config's max_length would
+    # log a warning at every call.
     with torch.inference_mode(), autocast(device):
         return model.generate(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams,
-            do_sample=False, max_new_tokens=new_tokens,
+            do_sample=False, max_length=1 + new_tokens,
             logits_processor=LogitsProcessorList([ForbidEndOfSentence(model.generation_config.eos_token_id)]),
         )
 
