@@ -17,7 +17,7 @@ from . import (
     modeling_transparent,
 )
 from .configuration_translation import FamilyMember, TranslationTransformerConfig
-from .modeling_dlcl import DlclConfig, DlclForConditionalGeneration, DlclModel, plot_dlcl_weights
+from .modeling_dlcl import DlclConfig, DlclForConditionalGeneration, DlclModel
 from .modeling_dwlstm import DwLstmConfig, DwLstmForConditionalGeneration, DwLstmModel
 from .modeling_highway import (
     HighwayTransformerConfig,
@@ -89,7 +89,6 @@ __all__ = [
     "DlclConfig",
     "DlclModel",
     "DlclForConditionalGeneration",
-    "plot_dlcl_weights",
     "TransparentAttentionConfig",
     "TransparentAttentionModel",
     "TransparentAttentionForConditionalGeneration",

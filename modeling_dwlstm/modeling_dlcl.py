@@ -7,11 +7,10 @@ The residual layers of `modeling_residual` (post- or pre-norm), connected across
     pre-norm    x_{l+1} = sum_k W^{(l+1)}_k LN_k(y_k)        003 Eq. 8
     post-norm   x_{l+1} = LN(sum_k W^{(l+1)}_k y_k)          003 Eq. 9
 
-`model.dlcl_weight_matrices()` reads the two weight matrices out; `plot_dlcl_weights` draws them as
-heatmaps like 003 Fig. 5.
+`model.dlcl_weight_matrices()` reads the two weight matrices out;
+`nmt_toolkit.lab.plotting_analysis.plot_dlcl_weights` draws them as heatmaps like 003 Fig. 5.
 """
 
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -136,38 +135,6 @@ class DlclForConditionalGeneration(DlclWeightsMixin, ResidualTransformerForCondi
     base_model_class = DlclModel
 
 
-def plot_dlcl_weights(matrices: dict[str, torch.Tensor], path: str | Path, mask_below: float = 0.0) -> Path:
-    """Draw each weight matrix of `dlcl_weight_matrices()` as a heatmap side by side (003 Fig. 5) and
-    save the figure as `path` (PNG). Entries with |w| < `mask_below` x the row's maximum |w| are left
-    blank (003 masks below 5%); entries above the diagonal are always blank. Needs matplotlib
-    (`pip install modeling-dwlstm[plot]`)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only, no display
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise ImportError("plot_dlcl_weights needs matplotlib: pip install 'modeling-dwlstm[plot]'") from error
-    if not matrices:
-        raise ValueError("No weight matrices to plot; pass model.dlcl_weight_matrices().")
-    figure, axes = plt.subplots(1, len(matrices), figsize=(4.5 * len(matrices), 4), squeeze=False)
-    for axis, (name, matrix) in zip(axes[0], matrices.items()):
-        matrix = matrix.detach().float().cpu()
-        row_maximum = matrix.abs().amax(dim=1, keepdim=True)
-        hidden = torch.ones_like(matrix, dtype=torch.bool).triu(1) | (matrix.abs() < mask_below * row_maximum)
-        image = axis.imshow(matrix.masked_fill(hidden, float("nan")).numpy(), cmap="viridis")
-        consumers = matrix.shape[0]
-        axis.set_title(f"{name} ({consumers - 1} layers)")
-        axis.set_xlabel("earlier layer output y_k (0 = embeddings)")
-        axis.set_ylabel("consumer (layer l+1; last row: stack output)")
-        figure.colorbar(image, ax=axis, shrink=0.8)
-    figure.tight_layout()
-    path = Path(path)
-    figure.savefig(path, format="png", dpi=100)
-    plt.close(figure)
-    return path
-
-
 # 003's pre-norm DLCL-30L and post-norm 20-layer DLCL (§5.1), beside the 6-layer base.
 MEMBER = FamilyMember(
     config_class=DlclConfig,
@@ -180,4 +147,4 @@ MEMBER = FamilyMember(
     hub_depths={"dlcl-prenorm": [("base", 6, 6), ("base", 30, 6)], "dlcl-postnorm": [("base", 6, 6), ("base", 20, 6)]},
 )
 
-__all__ = ["DlclConfig", "DlclConnection", "DlclModel", "DlclForConditionalGeneration", "plot_dlcl_weights"]
+__all__ = ["DlclConfig", "DlclConnection", "DlclModel", "DlclForConditionalGeneration"]

@@ -8,20 +8,20 @@ For every encoder and decoder layer in turn, the layer is replaced by y = W x + 
 ([o; c] for the depth-wise LSTM), fitted by least squares to the layer's true output on --fit_steps batches
 of training pairs with the model frozen; the test split is decoded with beam search and scored. Writes
 layer_nonlinearity.json (BLEU and Δ (%) per layer), layer_nonlinearity.png and hypotheses/<row>.txt into
---output_dir. The work is done by `modeling_dwlstm.analysis.layer_nonlinearity`.
+--output_dir. The work is done by `nmt_toolkit.lab.analysis.layer_nonlinearity`.
 """
 
 import argparse
 from pathlib import Path
 
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
-from modeling_dwlstm.analysis import layer_nonlinearity
-from modeling_dwlstm.checkpoints import load_saved_model, load_saved_tokenizer
-from modeling_dwlstm.cli import add_run_arguments, exit_on_error
-from modeling_dwlstm.data import load_parallel_corpus
-from modeling_dwlstm.evaluation import DEFAULT_MAX_TOKENS, write_lines
-from modeling_dwlstm.files import atomic_write_json, prepare_output_dir, set_threads
-from modeling_dwlstm.plotting_analysis import plot_layer_nonlinearity
+from nmt_toolkit.checkpoints import load_saved_model, load_saved_tokenizer
+from nmt_toolkit.cli import add_run_arguments, exit_on_error
+from nmt_toolkit.data import load_parallel_corpus
+from nmt_toolkit.evaluation import DEFAULT_MAX_TOKENS, write_lines
+from nmt_toolkit.files import atomic_write_json, prepare_output_dir, set_threads
+from nmt_toolkit.lab.analysis import layer_nonlinearity
+from nmt_toolkit.lab.plotting_analysis import plot_layer_nonlinearity
 
 
 def read_pairs(args, split: str, max_pairs: int | None) -> list[tuple[str, str]]:

@@ -9,9 +9,9 @@ The output loads with `AutoModelForSeq2SeqLM.from_pretrained` and `AutoTokenizer
 
 import argparse
 
-from modeling_dwlstm.checkpoints import average_checkpoints, last_checkpoints
-from modeling_dwlstm.cli import exit_on_error
-from modeling_dwlstm.files import prepare_output_dir
+from nmt_toolkit.checkpoints import average_checkpoints, last_checkpoints
+from nmt_toolkit.cli import exit_on_error
+from nmt_toolkit.files import prepare_output_dir
 
 
 def main(argv=None):

@@ -9,7 +9,7 @@
 
 import argparse
 
-from modeling_dwlstm.benchmark import PRECISIONS, BenchmarkSettings, format_report, run_benchmark, write_report
+from nmt_toolkit.lab.benchmark import PRECISIONS, BenchmarkSettings, format_report, run_benchmark, write_report
 
 
 def main():

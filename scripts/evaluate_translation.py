@@ -7,7 +7,7 @@
     python scripts/evaluate_translation.py ... --quantize int8   # or --dtype bfloat16: low precision (precision.py)
 
 Writes `hypotheses.txt` (input order) and `results.json` into --output_dir and prints the results.
-The work is done by `modeling_dwlstm.evaluation.run_evaluation`.
+The work is done by `nmt_toolkit.evaluation.run_evaluation`.
 """
 
 import json
@@ -15,8 +15,8 @@ import json
 from transformers import HfArgumentParser
 
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
-from modeling_dwlstm.cli import exit_on_error
-from modeling_dwlstm.evaluation import EvaluationArguments, run_evaluation
+from nmt_toolkit.cli import exit_on_error
+from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation
 
 
 def main(argv=None):

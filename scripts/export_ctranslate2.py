@@ -9,8 +9,8 @@ members cannot be expressed in CTranslate2 and are refused with a message.
 
 import argparse
 
-from modeling_dwlstm.cli import exit_on_error
-from modeling_dwlstm.ctranslate2_export import export_ctranslate2
+from nmt_toolkit.cli import exit_on_error
+from nmt_toolkit.ctranslate2_export import export_ctranslate2
 
 
 def main(argv=None):

@@ -8,10 +8,10 @@ import argparse
 from pathlib import Path
 
 from modeling_dwlstm import DlclConfig, ResidualTransformerConfig
-from modeling_dwlstm.data import load_parallel_corpus
-from modeling_dwlstm.files import atomic_write_json
-from modeling_dwlstm.gradient_norms import compare_embedding_gradient_norms, translation_batches
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit.data import load_parallel_corpus
+from nmt_toolkit.files import atomic_write_json
+from nmt_toolkit.lab.gradient_norms import compare_embedding_gradient_norms, translation_batches
 
 
 def main():

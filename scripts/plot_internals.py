@@ -9,19 +9,19 @@
 - dwlstm-ta: the softmax layer-mixing weights of each decoder layer (no corpus needed);
 - dwlstm-dlcl: the weight matrices of both stacks, drawn like 003 Fig. 5 (no corpus needed).
 
-Writes <name>.json and <name>.png into --output_dir. The work is done by `modeling_dwlstm.analysis.model_internals`
-and `modeling_dwlstm.plotting_analysis.plot_model_internals`.
+Writes <name>.json and <name>.png into --output_dir. The work is done by `nmt_toolkit.lab.analysis.model_internals`
+and `nmt_toolkit.lab.plotting_analysis.plot_model_internals`.
 """
 
 import argparse
 
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
-from modeling_dwlstm.analysis import CORPUS_INTERNALS, internals_name, model_internals, tokenized_batches
-from modeling_dwlstm.checkpoints import load_saved_model, load_saved_tokenizer
-from modeling_dwlstm.cli import add_run_arguments, exit_on_error
-from modeling_dwlstm.data import load_parallel_corpus
-from modeling_dwlstm.files import atomic_write_json, prepare_output_dir, set_threads
-from modeling_dwlstm.plotting_analysis import plot_model_internals
+from nmt_toolkit.checkpoints import load_saved_model, load_saved_tokenizer
+from nmt_toolkit.cli import add_run_arguments, exit_on_error
+from nmt_toolkit.data import load_parallel_corpus
+from nmt_toolkit.files import atomic_write_json, prepare_output_dir, set_threads
+from nmt_toolkit.lab.analysis import CORPUS_INTERNALS, internals_name, model_internals, tokenized_batches
+from nmt_toolkit.lab.plotting_analysis import plot_model_internals
 
 
 def main(argv=None):

@@ -3,12 +3,12 @@
     python scripts/plot_training.py runs/dwlstm runs/residual --labels dwlstm residual --output curves.png
 
 Each run is a `train_translation.py` output directory (its trainer_state.json, or the newest checkpoint's
-while the run is still going). The work is done by `modeling_dwlstm.plotting.plot_training`.
+while the run is still going). The work is done by `nmt_toolkit.lab.plotting.plot_training`.
 """
 
 import argparse
 
-from modeling_dwlstm.plotting import plot_training, read_log_history
+from nmt_toolkit.lab.plotting import plot_training, read_log_history
 
 
 def main(argv=None):

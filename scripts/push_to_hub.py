@@ -6,15 +6,15 @@
 Afterwards `AutoModelForSeq2SeqLM.from_pretrained("user/...", trust_remote_code=True)` and
 `pipeline("translation", model="user/...", trust_remote_code=True)` work anywhere. Log in first
 (`hf auth login`) or pass --token; HF_ENDPOINT selects another Hub. The work is done by
-`modeling_dwlstm.hub`.
+`nmt_toolkit.hub`.
 """
 
 import argparse
 
 import modeling_dwlstm  # noqa: F401  (registers the family, so the saved model carries its code)
-from modeling_dwlstm.checkpoints import load_saved_model, load_saved_tokenizer
-from modeling_dwlstm.cli import exit_on_error
-from modeling_dwlstm.hub import model_card, push_translation_model, read_results
+from nmt_toolkit.checkpoints import load_saved_model, load_saved_tokenizer
+from nmt_toolkit.cli import exit_on_error
+from nmt_toolkit.hub import model_card, push_translation_model, read_results
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

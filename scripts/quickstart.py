@@ -5,7 +5,7 @@
 Generates the project's own English -> German corpus, trains a joint BPE tokenizer and a small model
 (about 2-3 minutes on 2 CPU cores), reports held-out BLEU before and after training, reloads the model
 with AutoModelForSeq2SeqLM and translates new sentences with pipeline("translation"). No network, no
-files outside the output directory. The work is done by `modeling_dwlstm.quickstart.run_quickstart`.
+files outside the output directory. The work is done by `nmt_toolkit.quickstart.run_quickstart`.
 """
 
 import argparse
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from modeling_dwlstm.quickstart import (
+from nmt_toolkit.quickstart import (
     QuickstartSettings,
     format_summary,
     run_quickstart,
 )
-from modeling_dwlstm.training import TqdmLoggingHandler
+from nmt_toolkit.training import TqdmLoggingHandler
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -3,13 +3,13 @@
     python scripts/results_table.py runs/m30k/dwlstm-m2m/test/results.json \\
         --baseline runs/m30k/residual-m2m/test/results.json
 
-The work is done by `modeling_dwlstm.multilingual.results_table`.
+The work is done by `nmt_toolkit.evaluation.results_table`.
 """
 
 import argparse
 
-from modeling_dwlstm.hub import read_results
-from modeling_dwlstm.multilingual import results_table
+from nmt_toolkit.evaluation import results_table
+from nmt_toolkit.hub import read_results
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -7,13 +7,13 @@
 Finished runs (those with a record in --record_dir) are skipped and interrupted ones resume from their
 newest checkpoint, so the same command continues a campaign after a stop; run twice, it does nothing the
 second time. Once every run has a record it writes results.md, results.json and the pictures into
---record_dir. The work is done by `modeling_dwlstm.experiments.run_experiments`.
+--record_dir. The work is done by `nmt_toolkit.lab.experiments.run_experiments`.
 """
 
 import argparse
 import logging
 
-from modeling_dwlstm.experiments import default_record_dir, load_experiment, run_experiments, write_results_table
+from nmt_toolkit.lab.experiments import default_record_dir, load_experiment, run_experiments, write_results_table
 
 
 def main(argv=None):

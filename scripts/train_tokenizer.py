@@ -17,11 +17,11 @@ model's tokenizer has none (the translation pipeline prepends a tag whenever the
 import argparse
 import logging
 
-from modeling_dwlstm.checkpoints import save_pretrained_atomically
-from modeling_dwlstm.cli import exit_on_error
-from modeling_dwlstm.data import load_parallel_corpus, train_corpus_tokenizer, train_sentence_tokenizer
-from modeling_dwlstm.files import prepare_output_dir
-from modeling_dwlstm.multilingual import balanced_sentences, language_tag, load_multilingual_corpus, parse_sources
+from nmt_toolkit.checkpoints import save_pretrained_atomically
+from nmt_toolkit.cli import exit_on_error
+from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer, train_sentence_tokenizer
+from nmt_toolkit.files import prepare_output_dir
+from nmt_toolkit.multilingual import balanced_sentences, language_tag, load_multilingual_corpus, parse_sources
 
 
 def main(argv=None):

@@ -11,8 +11,8 @@ Continue a killed run: add `--resume_from_checkpoint last`. `--help` lists every
 `Seq2SeqTrainingArguments`.
 """
 
-from modeling_dwlstm.cli import exit_on_error
-from modeling_dwlstm.training import parse_training_arguments, train_translation
+from nmt_toolkit.cli import exit_on_error
+from nmt_toolkit.training import parse_training_arguments, train_translation
 
 if __name__ == "__main__":
     exit_on_error(lambda: train_translation(*parse_training_arguments()))

@@ -18,7 +18,9 @@ from modeling_dwlstm import (
     ResidualTransformerConfig,
     TransparentAttentionConfig,
 )
-from modeling_dwlstm.analysis import (
+from modeling_dwlstm.modeling_translation import LayerOutput, LayerState
+from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit.lab.analysis import (
     AffineDecoderLayer,
     RunningStatistics,
     depthwise_lstm_gate_statistics,
@@ -31,16 +33,14 @@ from modeling_dwlstm.analysis import (
     tokenized_batches,
     transparent_attention_weights,
 )
-from modeling_dwlstm.modeling_translation import LayerOutput, LayerState
-from modeling_dwlstm.plotting_analysis import (
+from nmt_toolkit.lab.plotting_analysis import (
     plot_gate_statistics,
     plot_layer_nonlinearity,
     plot_model_internals,
     plot_sdu_gates,
     plot_transparent_attention_weights,
 )
-from modeling_dwlstm.quickstart_corpus import generate_pairs
-from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit.quickstart_corpus import generate_pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from modeling_dwlstm.batching import TokenBatchSampler, pack_by_tokens, split_to_multiple
+from nmt_toolkit.batching import TokenBatchSampler, pack_by_tokens, split_to_multiple
 
 
 def random_lengths(count: int, seed: int = 0) -> tuple[list[int], list[int]]:

@@ -8,8 +8,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from modeling_dwlstm import benchmark
-from modeling_dwlstm.benchmark import (
+from nmt_toolkit.lab import benchmark
+from nmt_toolkit.lab.benchmark import (
     ENGINE_PRECISIONS,
     MARIAN,
     PRECISIONS,

@@ -9,9 +9,9 @@ from conftest import run_script, tiny_model
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_dwlstm import ResidualTransformerConfig
-from modeling_dwlstm.ctranslate2_export import ctranslate2_tokens, export_ctranslate2
-from modeling_dwlstm.quickstart_corpus import generate_pairs
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit.ctranslate2_export import ctranslate2_tokens, export_ctranslate2
+from nmt_toolkit.quickstart_corpus import generate_pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

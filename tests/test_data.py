@@ -9,9 +9,9 @@ import pytest
 from conftest import MULTI30K, read_multi30k
 from transformers import AutoTokenizer
 
-from modeling_dwlstm import data
-from modeling_dwlstm.data import load_parallel_corpus, tokenize_pairs, train_corpus_tokenizer
 from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS
+from nmt_toolkit import data
+from nmt_toolkit.data import load_parallel_corpus, tokenize_pairs, train_corpus_tokenizer
 
 
 def translation_features(*languages):
@@ -147,7 +147,7 @@ def fake_hub(tmp_path, monkeypatch):
     ("Helsinki-NLP/opus-100", "en", "fr", ("Helsinki-NLP/opus-100", "en-fr")),
 ])
 def test_hub_corpora_by_name_with_their_splits(fake_hub, caplog, name, source_lang, target_lang, location):
-    with caplog.at_level(logging.INFO, logger="modeling_dwlstm.data"):
+    with caplog.at_level(logging.INFO, logger="nmt_toolkit.data"):
         train = load_parallel_corpus(name, source_lang, target_lang, split="train")
     assert fake_hub[-1] == (*location, "train")
     assert len(train) == 5 and "Dropped 1 of 6 pairs" in caplog.text
@@ -196,7 +196,7 @@ def test_tokenize_pairs_drops_long_pairs_and_logs_the_count(multi30k_tokenizer, 
                for pair in corpus["translation"][:200]]
     limit = sorted(lengths)[150]
     expected = sum(length <= limit for length in lengths)
-    with caplog.at_level(logging.INFO, logger="modeling_dwlstm.data"):
+    with caplog.at_level(logging.INFO, logger="nmt_toolkit.data"):
         tokenized = tokenize_pairs(corpus.select(range(200)), tokenizer, "en", "de", max_length=limit)
     assert len(tokenized) == expected < 200
     assert f"Dropped {200 - expected} of 200 pairs longer than {limit} tokens" in caplog.text

@@ -16,9 +16,10 @@ from transformers import (
     pipeline,
 )
 
-from modeling_dwlstm import DlclForConditionalGeneration, plot_dlcl_weights
-from modeling_dwlstm.gradient_norms import embedding_gradient_norms
+from modeling_dwlstm import DlclForConditionalGeneration
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit.lab.gradient_norms import embedding_gradient_norms
+from nmt_toolkit.lab.plotting_analysis import plot_dlcl_weights
 
 
 def logits(model, **inputs):

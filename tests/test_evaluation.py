@@ -8,7 +8,11 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_dwlstm import DwLstmConfig
-from modeling_dwlstm.evaluation import (
+from modeling_dwlstm.tokenization_dwlstm import (
+    tokenizer_model_kwargs,
+    train_joint_bpe_tokenizer,
+)
+from nmt_toolkit.evaluation import (
     EvaluationArguments,
     length_sorted_batches,
     paired_bootstrap,
@@ -18,11 +22,7 @@ from modeling_dwlstm.evaluation import (
     translate_sentences,
     write_json,
 )
-from modeling_dwlstm.quickstart_corpus import generate_pairs
-from modeling_dwlstm.tokenization_dwlstm import (
-    tokenizer_model_kwargs,
-    train_joint_bpe_tokenizer,
-)
+from nmt_toolkit.quickstart_corpus import generate_pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

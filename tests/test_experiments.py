@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from modeling_dwlstm.experiments import load_experiment, run_experiments, write_results_table
-from modeling_dwlstm.plotting import plot_bleu_intervals, plot_training, read_log_history
-from modeling_dwlstm.quickstart_corpus import write_corpus
+from nmt_toolkit.lab.experiments import load_experiment, run_experiments, write_results_table
+from nmt_toolkit.lab.plotting import plot_bleu_intervals, plot_training, read_log_history
+from nmt_toolkit.quickstart_corpus import write_corpus
 
 HUB_CONFIGS = Path(__file__).resolve().parents[1] / "hub_configs"
 TINY_MODEL = {"d_model": 16, "encoder_attention_heads": 2, "decoder_attention_heads": 2, "ffn_dim": 32,

@@ -15,12 +15,12 @@ from huggingface_hub import RepoCard
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
 from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig
-from modeling_dwlstm.hub import model_card, push_translation_model, read_results
-from modeling_dwlstm.quickstart_corpus import generate_pairs
 from modeling_dwlstm.tokenization_dwlstm import (
     tokenizer_model_kwargs,
     train_joint_bpe_tokenizer,
 )
+from nmt_toolkit.hub import model_card, push_translation_model, read_results
+from nmt_toolkit.quickstart_corpus import generate_pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

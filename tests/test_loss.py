@@ -54,7 +54,7 @@ def test_a_compiled_training_step_traces_the_fused_loss():
     from transformers import AutoModelForSeq2SeqLM
 
     from modeling_dwlstm import ResidualTransformerConfig
-    from modeling_dwlstm.benchmark import compiled, random_batch
+    from nmt_toolkit.lab.benchmark import compiled, random_batch
 
     config = ResidualTransformerConfig(vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                                        decoder_attention_heads=4, ffn_dim=24, dropout=0.0, attention_dropout=0.0)

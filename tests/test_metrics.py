@@ -14,15 +14,15 @@ from conftest import WITHOUT_PACKAGE
 from hub_server import LoopbackHub
 from transformers import EvalPrediction
 
-from modeling_dwlstm.evaluation import score_translations, tokenize_for_bleu
-from modeling_dwlstm.metrics import (
+from modeling_dwlstm.tokenization_dwlstm import train_joint_bpe_tokenizer
+from nmt_toolkit.evaluation import score_translations, tokenize_for_bleu
+from nmt_toolkit.metrics import (
     METRIC_SCRIPT,
     load_translation_metric,
     push_translation_metric,
     translation_compute_metrics,
     translation_metric_path,
 )
-from modeling_dwlstm.tokenization_dwlstm import train_joint_bpe_tokenizer
 
 HYPOTHESES = ["Ein Mann reitet ein Pferd.", "Zwei Hunde spielen im Schnee-Park.", "Die Frau liest ein altes Buch ."]
 REFERENCES = ["Ein Mann reitet auf einem Pferd.", "Zwei Hunde spielen im Schnee-Park!", "Die Frau liest ein Buch."]

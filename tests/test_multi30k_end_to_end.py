@@ -14,10 +14,10 @@ import pytest
 from conftest import MULTI30K
 from transformers import AutoModelForSeq2SeqLM
 
-from modeling_dwlstm.checkpoints import average_checkpoints, last_checkpoints
-from modeling_dwlstm.data import load_parallel_corpus, train_corpus_tokenizer
-from modeling_dwlstm.evaluation import EvaluationArguments, run_evaluation
-from modeling_dwlstm.training import (
+from nmt_toolkit.checkpoints import average_checkpoints, last_checkpoints
+from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer
+from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation
+from nmt_toolkit.training import (
     DataArguments,
     ModelArguments,
     TranslationTrainingArguments,

@@ -17,25 +17,29 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 import modeling_dwlstm
-from modeling_dwlstm import training
-from modeling_dwlstm.evaluation import EvaluationArguments, paired_bootstrap, run_evaluation
-from modeling_dwlstm.multilingual import (
+from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit import training
+from nmt_toolkit.evaluation import (
+    EvaluationArguments,
     LanguageIdentifier,
-    TemperatureTokenBatchSampler,
-    balanced_sentences,
     direction_groups,
     group_averages,
-    load_multilingual_corpus,
     off_target_rate,
+    paired_bootstrap,
+    run_evaluation,
+    win_ratio,
+)
+from nmt_toolkit.multilingual import (
+    TemperatureTokenBatchSampler,
+    balanced_sentences,
+    load_multilingual_corpus,
     parse_language_pairs,
     parse_sources,
     tag_source,
     temperature_probabilities,
     tokenize_directions,
-    win_ratio,
 )
-from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
-from modeling_dwlstm.training import DataArguments, ModelArguments, TranslationTrainingArguments, train_translation
+from nmt_toolkit.training import DataArguments, ModelArguments, TranslationTrainingArguments, train_translation
 
 LANGUAGES = ["cs", "de", "en", "fr"]
 TAGS = [f"<2{language}>" for language in LANGUAGES]
@@ -404,7 +408,7 @@ def test_paired_bootstrap_against_a_clearly_worse_system():
 
 
 def test_model_card_lists_languages_and_per_direction_results(saved_model, tmp_path):
-    from modeling_dwlstm.hub import model_card, read_results
+    from nmt_toolkit.hub import model_card, read_results
 
     directions = {name: {"sacrebleu": bleu, "chrf": 50.0, "off_target_rate": off}
                   for name, bleu, off in [("en-de", 30.0, 0.01), ("de-fr", 9.5, 0.25)]}

@@ -24,9 +24,9 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
 import modeling_dwlstm
-from modeling_dwlstm.metrics import translation_compute_metrics
 from modeling_dwlstm.pipeline_translation import register_translation_pairs, register_translation_pipeline
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit.metrics import translation_compute_metrics
 
 TAGS = ["<2de>", "<2en>"]
 GENERATE = dict(num_beams=2, max_new_tokens=10)  # the same settings for the pipeline and for generate()

@@ -15,12 +15,12 @@ from torchao.quantization import Int8WeightOnlyConfig, quantize_
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
 from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig
-from modeling_dwlstm.evaluation import translate_sentences
 from modeling_dwlstm.modeling_dwlstm import DepthwiseLstm, DepthwiseLstmGates
 from modeling_dwlstm.modeling_translation import FusedLinear
 from modeling_dwlstm.precision import is_quantized, linear_modules, prepare_for_inference
-from modeling_dwlstm.quickstart_corpus import generate_pairs
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit.evaluation import translate_sentences
+from nmt_toolkit.quickstart_corpus import generate_pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

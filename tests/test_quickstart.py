@@ -6,13 +6,13 @@ import random
 import pytest
 from transformers import AutoTokenizer
 
-from modeling_dwlstm.data import load_parallel_corpus
-from modeling_dwlstm.quickstart import (
+from nmt_toolkit.data import load_parallel_corpus
+from nmt_toolkit.quickstart import (
     QuickstartSettings,
     format_summary,
     run_quickstart,
 )
-from modeling_dwlstm.quickstart_corpus import (
+from nmt_toolkit.quickstart_corpus import (
     AUXILIARIES,
     INTRANSITIVE,
     TRANSITIVE,

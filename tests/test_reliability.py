@@ -13,15 +13,16 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
 from modeling_dwlstm import DwLstmConfig
-from modeling_dwlstm.checkpoints import (
+from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit.checkpoints import (
     average_checkpoints,
     load_saved_model,
     load_saved_tokenizer,
     save_pretrained_atomically,
 )
-from modeling_dwlstm.data import load_parallel_corpus
-from modeling_dwlstm.evaluation import EvaluationArguments, run_evaluation, translate_sentences
-from modeling_dwlstm.files import (
+from nmt_toolkit.data import load_parallel_corpus
+from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, translate_sentences
+from nmt_toolkit.files import (
     CHECKSUMS_NAME,
     atomic_directory,
     atomic_write_text,
@@ -32,8 +33,7 @@ from modeling_dwlstm.files import (
     verify_checksums,
     write_checksums,
 )
-from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
-from modeling_dwlstm.training import (
+from nmt_toolkit.training import (
     DataArguments,
     ModelArguments,
     TokenBatchSeq2SeqTrainer,
@@ -279,7 +279,7 @@ def test_averaging_verifies_checksums_and_refuses_non_finite_checkpoints(saved, 
 def setup(tmp_path_factory):
     directory = tmp_path_factory.mktemp("setup")
     corpus = load_parallel_corpus(MULTI30K, "en", "de", max_pairs=200)
-    from modeling_dwlstm.data import train_corpus_tokenizer
+    from nmt_toolkit.data import train_corpus_tokenizer
 
     train_corpus_tokenizer([corpus], ["en", "de"], merges=100).save_pretrained(directory / "tokenizer")
     (directory / "tiny.json").write_text(json.dumps({

@@ -17,10 +17,10 @@ from conftest import MULTI30K, read_multi30k, run_script
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerCallback
 
-from modeling_dwlstm.checkpoints import average_checkpoints, complete_checkpoints, last_checkpoints
-from modeling_dwlstm.data import load_parallel_corpus, train_corpus_tokenizer
-from modeling_dwlstm.files import CHECKSUMS_NAME
-from modeling_dwlstm.training import (
+from nmt_toolkit.checkpoints import average_checkpoints, complete_checkpoints, last_checkpoints
+from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer
+from nmt_toolkit.files import CHECKSUMS_NAME
+from nmt_toolkit.training import (
     DataArguments,
     ModelArguments,
     TokenBatchSeq2SeqTrainer,
@@ -221,8 +221,8 @@ import os
 
 import torch
 
-from modeling_dwlstm import batching
-from modeling_dwlstm.training import parse_training_arguments, train_translation
+from nmt_toolkit import batching
+from nmt_toolkit.training import parse_training_arguments, train_translation
 from transformers import TrainerCallback
 
 model_args, data_args, training_args = parse_training_arguments()

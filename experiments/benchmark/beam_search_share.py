@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from modeling_dwlstm.benchmark import build_model, generate_forced, inference_copy, random_batch
+from nmt_toolkit.lab.benchmark import build_model, generate_forced, inference_copy, random_batch
 
 
 def time_inside_forward(model, source, beams: int) -> tuple[float, float]:

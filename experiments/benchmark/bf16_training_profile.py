@@ -7,7 +7,7 @@
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from modeling_dwlstm.benchmark import batch_size_for, build_model, make_optimizer, random_batch, training_step
+from nmt_toolkit.lab.benchmark import batch_size_for, build_model, make_optimizer, random_batch, training_step
 
 
 def main():

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from modeling_dwlstm.benchmark import (
+from nmt_toolkit.lab.benchmark import (
     BenchmarkSettings,
     build_model,
     ctranslate2_models,

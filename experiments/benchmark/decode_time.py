@@ -10,8 +10,8 @@ import time
 
 import torch
 
-from modeling_dwlstm.benchmark import build_model, generate_forced, random_batch
 from modeling_dwlstm.precision import prepare_for_inference
+from nmt_toolkit.lab.benchmark import build_model, generate_forced, random_batch
 
 
 def main(member: str, dtype: str, quantize: str, beams: int):

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from modeling_dwlstm.benchmark import build_model, generate_forced, inference_copy, random_batch
+from nmt_toolkit.lab.benchmark import build_model, generate_forced, inference_copy, random_batch
 
 
 def generate_min_new_tokens(model, batch, num_beams: int, new_tokens: int):

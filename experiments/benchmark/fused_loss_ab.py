@@ -11,7 +11,7 @@ import time
 import torch
 from torch import nn
 
-from modeling_dwlstm.benchmark import (
+from nmt_toolkit.lab.benchmark import (
     batch_size_for,
     build_model,
     make_optimizer,

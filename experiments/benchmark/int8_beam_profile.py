@@ -10,7 +10,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from modeling_dwlstm.benchmark import build_model, generate_forced, inference_copy, random_batch
+from nmt_toolkit.lab.benchmark import build_model, generate_forced, inference_copy, random_batch
 
 GROUPS = {  # operator -> what it is here
     "aten::_int_mm": "int8 products", "aten::mm": "float products", "aten::addmm": "float products",

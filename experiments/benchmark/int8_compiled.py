@@ -12,7 +12,7 @@ import time
 import torch
 from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 
-from modeling_dwlstm.benchmark import build_model, generate_forced, random_batch
+from nmt_toolkit.lab.benchmark import build_model, generate_forced, random_batch
 
 
 def main():

@@ -15,8 +15,8 @@ import time
 import torch
 from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_
 
-from modeling_dwlstm.benchmark import build_model, generate_forced, random_batch
 from modeling_dwlstm.precision import prepare_for_inference
+from nmt_toolkit.lab.benchmark import build_model, generate_forced, random_batch
 
 
 def torchao_copy(model, config, dtype=torch.float32):

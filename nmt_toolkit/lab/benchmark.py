@@ -28,6 +28,7 @@ everything runs under bf16 autocast; on a CPU in fp32 with `threads` threads, an
 
 import copy
 import json
+import multiprocessing
 import os
 import re
 import statistics
@@ -40,19 +41,29 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer, models
 from torch import nn
-from transformers import AutoModelForSeq2SeqLM, LogitsProcessor, LogitsProcessorList, MarianConfig, MarianMTModel
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    LogitsProcessor,
+    LogitsProcessorList,
+    MarianConfig,
+    MarianMTModel,
+    PreTrainedTokenizerFast,
+)
 
-from . import FAMILY
-from .configuration_translation import BOS_ID as BOS
-from .configuration_translation import EOS_ID as EOS
-from .configuration_translation import PAD_ID as PAD
-from .configuration_translation import UNK_ID
-from .files import atomic_write_json
-from .modeling_translation import MultiHeadAttention
-from .paper_configs import MEMBERS, PAPER_VOCAB_SIZE
-from .paper_configs import SIZES as PAPER_SIZES
-from .precision import prepare_for_inference
+from modeling_dwlstm import FAMILY
+from modeling_dwlstm.configuration_translation import BOS_ID as BOS
+from modeling_dwlstm.configuration_translation import EOS_ID as EOS
+from modeling_dwlstm.configuration_translation import PAD_ID as PAD
+from modeling_dwlstm.configuration_translation import UNK_ID
+from modeling_dwlstm.modeling_translation import MultiHeadAttention
+from modeling_dwlstm.paper_configs import MEMBERS, PAPER_VOCAB_SIZE
+from modeling_dwlstm.paper_configs import SIZES as PAPER_SIZES
+from modeling_dwlstm.precision import prepare_for_inference
+
+from ..ctranslate2_export import convert_loaded
+from ..files import atomic_write_json
 
 # The papers' base size (paper_configs.SIZES) at 6+6 layers, and a small one (RESULTS.md's campaign size).
 SIZES = {
@@ -188,9 +199,6 @@ def inference_copy(model: nn.Module, precision: str) -> nn.Module:
 def random_words_tokenizer(vocab_size: int, pad_last: bool = False):
     """A word-level tokenizer over the benchmark's ids: word i is "w{i}", the special tokens at this family's
     ids, or Marian's pad at the last id (`pad_last`). The CTranslate2 converters read the vocabulary from it."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
     specials = {BOS: "<s>", EOS: "</s>", UNK_ID: "<unk>", vocab_size - 1 if pad_last else PAD: "<pad>"}
     vocabulary = {specials.get(i, f"w{i}"): i for i in range(vocab_size)}
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>")),
@@ -206,8 +214,6 @@ def ctranslate2_models(models: dict, settings: "BenchmarkSettings", directory: s
     except ImportError:
         log("CTranslate2 rows skipped: ctranslate2 is not installed (pip install 'modeling-dwlstm[ctranslate2]').")
         return {}
-    from .ctranslate2_export import convert_loaded
-
     return {member: convert_loaded(models[member], random_words_tokenizer(settings.vocab_size, pad_last=member == MARIAN),
                                    str(Path(directory) / member))
             for member in ENGINE_MEMBERS if member in models}
@@ -231,8 +237,6 @@ class EngineProcess:
     a millisecond against tasks of 0.3-3 s."""
 
     def __init__(self, paths: dict, threads: int, source_tokens: list[list[str]]):
-        import multiprocessing
-
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no PyTorch threads forked mid-state
         self.connection, child = context.Pipe()
         self.process = context.Process(target=serve_translations, args=(child, paths, threads, source_tokens), daemon=True)
@@ -451,11 +455,11 @@ def training_peak_memory(member: str, size: str, length: int, settings: Benchmar
         run_training_steps(member, size, length, settings)
         return torch.cuda.max_memory_allocated() - before
     code = (  # the child gets the size's shape too, so sizes added at run time (tests) work
-        "import json, sys; from modeling_dwlstm.benchmark import SIZES, BenchmarkSettings, cpu_training_peak_memory; "
+        "import json, sys; from nmt_toolkit.lab.benchmark import SIZES, BenchmarkSettings, cpu_training_peak_memory; "
         "SIZES[sys.argv[3]] = json.loads(sys.argv[5]); s = BenchmarkSettings(**json.loads(sys.argv[1])); "
         "print(cpu_training_peak_memory(sys.argv[2], sys.argv[3], int(sys.argv[4]), s))"
     )
-    package_root = str(Path(__file__).resolve().parents[1])
+    package_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     options = json.dumps({k: v for k, v in asdict(settings).items() if k not in ("members",)})
     result = subprocess.run([sys.executable, "-c", code, options, member, size, str(length), json.dumps(SIZES[size])], env=env,

@@ -23,6 +23,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import torch
+
 CHECKSUMS_NAME = "checksums.json"
 # Files that change after a model is saved (logs, metrics written later): never in a manifest.
 UNCHECKED_FILES = re.compile(r".*\.log|.*_results\.json|.*\.tmp")
@@ -122,8 +124,6 @@ def prepare_output_dir(path: str | os.PathLike, overwrite: bool = False, flag: s
 
 def set_threads(threads: int | None) -> None:
     """`--threads`: torch's CPU threads, or torch's default for None."""
-    import torch
-
     if threads is None:
         return
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:

@@ -15,6 +15,7 @@ from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
+from huggingface_hub import CommitOperationAdd, HfApi
 
 METRIC_SCRIPT = Path(__file__).with_name("metric_translation.py")
 METRIC_CARD = Path(__file__).with_name("metric_translation.md")
@@ -96,8 +97,6 @@ def push_translation_metric(repo_id: str, package_requirement: str = "modeling-d
     requirement of this package (e.g. a ``git+https://...`` URL), since the module scores with it.
     `endpoint` and `token` as in `hub.push_translation_model`. Returns the `CommitInfo` of the upload.
     """
-    from huggingface_hub import CommitOperationAdd, HfApi
-
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ValueError(f"`repo_id` must look like 'user/name', got {repo_id!r}.")
     api = HfApi(endpoint=endpoint, token=token)

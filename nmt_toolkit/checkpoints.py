@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from .files import atomic_directory, atomic_write_json, check_local_or_hub, verify_checksums, write_checksums
 
@@ -138,8 +140,6 @@ def check_saved_model_folder(folder: Path) -> None:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{config_path} is not valid JSON ({error}).") from error
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
     model_type = config.get("model_type") if isinstance(config, dict) else None
     if model_type not in CONFIG_MAPPING:
         # transformers would otherwise look for remote code and ask "run the custom code? [y/N]".
@@ -171,8 +171,6 @@ def save_pretrained_atomically(saveable, output_dir) -> Path:
 def load_saved_model(name_or_path, what: str = "--model", trust_remote_code: bool = False, **kwargs):
     """`AutoModelForSeq2SeqLM.from_pretrained` after `check_saved_model_folder` (local folders), refusing
     non-finite weights. `what` names the argument in errors."""
-    from transformers import AutoModelForSeq2SeqLM
-
     check_local_or_hub(name_or_path, what)
     if Path(name_or_path).is_dir():
         check_saved_model_folder(Path(name_or_path))
@@ -183,8 +181,6 @@ def load_saved_model(name_or_path, what: str = "--model", trust_remote_code: boo
 
 def load_saved_tokenizer(name_or_path, what: str = "--tokenizer_name_or_path", trust_remote_code: bool = False):
     """`AutoTokenizer.from_pretrained` with a one-line error for a missing or incomplete tokenizer folder."""
-    from transformers import AutoTokenizer
-
     check_local_or_hub(name_or_path, what)
     folder = Path(name_or_path)
     if folder.is_dir():

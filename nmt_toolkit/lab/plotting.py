@@ -8,6 +8,8 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..checkpoints import complete_checkpoints
+
 
 def plot_training(histories: Mapping[str, Sequence[Mapping]], path: str | Path, title: str = "") -> Path:
     """Validation loss against update steps (left) and against training wall-clock minutes (right).
@@ -60,8 +62,6 @@ def plot_bleu_intervals(scores: Mapping[str, tuple[float, Mapping]], path: str |
 def read_log_history(run_dir: str | Path) -> list[dict]:
     """The Trainer log history of a `train_translation.py` output directory: its trainer_state.json once the
     run has finished, else the newest complete checkpoint's."""
-    from .checkpoints import complete_checkpoints
-
     run_dir = Path(run_dir)
     state = run_dir / "trainer_state.json"
     if not state.is_file():

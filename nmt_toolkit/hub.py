@@ -18,8 +18,11 @@ from pathlib import Path
 
 from huggingface_hub import HfApi
 
-from . import MEMBERS
-from .configuration_translation import FamilyMember
+from modeling_dwlstm import MEMBERS
+from modeling_dwlstm.configuration_translation import FamilyMember
+
+from .checkpoints import check_finite_weights
+from .evaluation import results_table
 from .files import atomic_write_text
 
 # Config fields every card's architecture table shows; each member adds its own (`FamilyMember.card_fields`).
@@ -116,8 +119,6 @@ def push_translation_model(
     """
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ValueError(f"`repo_id` must look like 'user/name', got {repo_id!r}.")
-    from .checkpoints import check_finite_weights
-
     check_finite_weights(model, "The model to push")  # a diverged model must not reach the Hub
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)
@@ -148,8 +149,6 @@ def _results_lines(results: Mapping) -> list[str]:
     test_set = results.get("test_set") or "test set"
     split = f" ({results['split']})" if results.get("split") else ""
     if "directions" in results:  # a multilingual evaluation: one row per direction, then the group averages
-        from .multilingual import results_table
-
         return [f"On {test_set}{split}, beam {results.get('num_beams', '?')}:", "", *results_table(results), ""]
     lines = [
         (f"On {test_set}{split}, {results.get('sentences', '?')} sentences, beam {results.get('num_beams', '?')}, "

@@ -24,8 +24,9 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from torch import nn
 
-from .evaluation import DEFAULT_MAX_TOKENS, score_translations, translate_sentences
-from .modeling_translation import LayerOutput, LayerState
+from modeling_dwlstm.modeling_translation import LayerOutput, LayerState
+
+from ..evaluation import DEFAULT_MAX_TOKENS, score_translations, translate_sentences
 
 STACKS = ("encoder", "decoder")
 GATE_NAMES = ("input", "forget", "output")  # the order DepthwiseLstmGates returns them in

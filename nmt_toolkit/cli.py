@@ -4,14 +4,15 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from tqdm import tqdm
+
 from .files import is_no_space_error
+from .training import TrainingDiverged
 
 
 def exit_on_error(function: Callable, *args, **kwargs):
     """Call `function`; a ValueError (bad input), a diverged training run or a full disk ends the process with
     "error: <message>" on stderr and exit code 1 instead of a traceback. Other errors keep their traceback."""
-    from .training import TrainingDiverged
-
     try:
         return function(*args, **kwargs)
     except (ValueError, TrainingDiverged) as error:
@@ -35,8 +36,6 @@ def add_run_arguments(parser: argparse.ArgumentParser):
 
 def _close_progress_bars():
     """A bar left open by the error would be redrawn after the message, hiding it."""
-    from tqdm import tqdm
-
     for bar in list(getattr(tqdm, "_instances", ())):
         bar.close()
 

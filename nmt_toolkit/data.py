@@ -32,6 +32,8 @@ from pathlib import Path
 
 import datasets
 
+from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
+
 from .files import strip_line_end
 
 logger = logging.getLogger(__name__)
@@ -169,8 +171,6 @@ def train_corpus_tokenizer(
 def train_sentence_tokenizer(sentences, merges: int = 32000, language_tags: Sequence[str] = (), min_frequency: int = 2,
                              model_max_length: int = 1024):
     """`train_corpus_tokenizer` over the sentences `sentences()` yields (called twice: alphabet, then training)."""
-    from .tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
-
     if isinstance(merges, bool) or not isinstance(merges, int) or merges < 1:
         raise ValueError(f"`merges` must be a positive integer, got {merges!r}.")
     language_tags = list(language_tags)

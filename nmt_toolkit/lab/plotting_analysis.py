@@ -116,12 +116,30 @@ def plot_transparent_attention_weights(weights, path: str | Path, title: str = "
     return figure
 
 
+def plot_dlcl_weights(matrices: Mapping[str, torch.Tensor], path: str | Path, mask_below: float = 0.0) -> Path:
+    """Draw each weight matrix of `DlclModel.dlcl_weight_matrices()` as a heatmap side by side (Wang et al. 2019,
+    Fig. 5) and save the figure as `path` (PNG). Entries with |w| < `mask_below` x the row's maximum |w| are left
+    blank (Wang et al. mask below 5%); entries above the diagonal are always blank. Returns `path`."""
+    if not matrices:
+        raise ValueError("No weight matrices to plot; pass model.dlcl_weight_matrices().")
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, len(matrices), figsize=(4.5 * len(matrices), 4), squeeze=False)
+    for axis, (name, matrix) in zip(axes[0], matrices.items()):
+        matrix = matrix.detach().float().cpu()
+        row_maximum = matrix.abs().amax(dim=1, keepdim=True)
+        hidden = torch.ones_like(matrix, dtype=torch.bool).triu(1) | (matrix.abs() < mask_below * row_maximum)
+        image = axis.imshow(matrix.masked_fill(hidden, float("nan")).numpy(), cmap="viridis")
+        axis.set_title(f"{name} ({matrix.shape[0] - 1} layers)")
+        axis.set_xlabel("earlier layer output y_k (0 = embeddings)")
+        axis.set_ylabel("consumer (layer l+1; last row: stack output)")
+        figure.colorbar(image, ax=axis, shrink=0.8)
+    return _save(figure, path)
+
+
 def plot_model_internals(name: str, data, path: str | Path):
     """Draw what `analysis.model_internals` returned as (name, data); returns the Figure, or for DLCL the
     path that `plot_dlcl_weights` writes."""
     if name == "dlcl_weights":
-        from .modeling_dlcl import plot_dlcl_weights
-
         return plot_dlcl_weights({stack: torch.tensor(matrix) for stack, matrix in data.items()}, path)
     plotters = {"depthwise_lstm_gates": plot_gate_statistics, "sdu_gates": plot_sdu_gates,
                 "transparent_attention_weights": plot_transparent_attention_weights}

@@ -12,7 +12,9 @@ This module holds what that adds to the bilingual setup:
 - `temperature_probabilities` and `TemperatureTokenBatchSampler`: directions drawn with probability
   proportional to (size share)^(1/T) (T = 1: proportional to the data, T = 5: the common OPUS-100 setting),
   packed into the usual token-count batches, so that a batch may mix directions;
-- `group_averages`, `win_ratio` and `off_target_rate` for the evaluation of many directions at once.
+
+The evaluation of many directions at once (`evaluate_directions`, group averages, win ratio, off-target
+rates) is in `evaluation`.
 """
 
 import json
@@ -24,8 +26,7 @@ import datasets
 import torch
 
 from .batching import TokenBatchSampler, _length_order, pack_by_tokens, split_to_multiple
-from .data import LANGUAGE_CODE, load_parallel_corpus
-from .files import prepare_output_dir
+from .data import LANGUAGE_CODE, _numbered_lines, filter_long_pairs, load_parallel_corpus
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +82,6 @@ def corpus_languages(source: str | Path, split: str = "train") -> list[str]:
         names = [file.name.removesuffix(".gz") for file in path.iterdir() if file.name.startswith(f"{split}.")]
         return sorted({name.rsplit(".", 1)[-1] for name in names})
     if path.is_file():
-        from .data import _numbered_lines
-
         for _, line in _numbered_lines(path):
             if line.strip():
                 record = json.loads(line)
@@ -137,8 +136,6 @@ def tokenize_directions(dataset: datasets.Dataset, tokenizer, max_length: int | 
 
     Every target language must have its tag reserved in the tokenizer (`train_tokenizer.py --language_pairs`).
     """
-    from .data import filter_long_pairs
-
     vocabulary = tokenizer.get_vocab()
     missing = sorted({language_tag(t) for t in dataset.unique("target_lang")} - set(vocabulary))
     if missing:
@@ -267,245 +264,8 @@ class TemperatureTokenBatchSampler(TokenBatchSampler):
             yield list(batches[order[position]])
 
 
-# --- Evaluation over many directions --------------------------------------------------------------------------
-
-
-def direction_groups(directions: Sequence[str], subset: Sequence[str] = (), pivot: str = PIVOT) -> dict[str, list]:
-    """{"out_of_english": [...], "into_english": [...], "zero_shot": [...], "subset": [...]} (empty groups left out)."""
-    pairs = [direction.split("-") for direction in directions]
-    groups = {
-        f"out_of_{_name(pivot)}": [f"{s}-{t}" for s, t in pairs if s == pivot],
-        f"into_{_name(pivot)}": [f"{s}-{t}" for s, t in pairs if t == pivot],
-        "zero_shot": [f"{s}-{t}" for s, t in pairs if pivot not in (s, t)],
-        "all": list(directions),
-    }
-    unknown = sorted(set(subset) - set(directions))
-    if unknown:
-        raise ValueError(f"--average_subset names directions that were not evaluated: {unknown}; "
-                         f"evaluated: {list(directions)}.")
-    if subset:
-        groups["subset"] = list(subset)
-    return {name: members for name, members in groups.items() if members}
-
-
-def _name(code: str) -> str:
-    return "english" if code == "en" else code
-
-
-def group_averages(scores: Mapping[str, Mapping[str, float]], groups: Mapping[str, Sequence[str]],
-                   metrics: Sequence[str] = ("sacrebleu", "tokenized_bleu", "chrf", "off_target_rate")) -> dict:
-    """{group: {"directions": n, metric: mean over the group's directions}} (the BLEU94 / BLEU4 style)."""
-    averages = {}
-    for group, members in groups.items():
-        averages[group] = {"directions": len(members)}
-        for metric in metrics:
-            values = [scores[member][metric] for member in members if scores[member].get(metric) is not None]
-            if values:
-                averages[group][metric] = round(sum(values) / len(values), 4 if metric == "off_target_rate" else 2)
-    return averages
-
-
-def win_ratio(system: Mapping[str, float], baseline: Mapping[str, float]) -> dict:
-    """Share of the common directions where `system` scores higher than `baseline` (001 Table 7 "WR")."""
-    common = [direction for direction in system if direction in baseline]
-    if not common:
-        raise ValueError(f"The baseline has none of the evaluated directions {list(system)}; it has {list(baseline)}.")
-    wins = [direction for direction in common if system[direction] > baseline[direction]]
-    ties = [direction for direction in common if system[direction] == baseline[direction]]
-    return {"directions": len(common), "wins": len(wins), "ties": len(ties),
-            "win_ratio": round(len(wins) / len(common), 4)}
-
-
-# --- Off-target translation -------------------------------------------------------------------------------------
-
-
-class LanguageIdentifier:
-    """Offline language identification with py3langid (its model ships inside the wheel: no download).
-
-    Restricted to `languages` (the model's languages): the question is "which of the model's languages is
-    this", and a restricted classifier is far more reliable on short sentences than one over 97 languages.
-    `languages=None` keeps all of py3langid's languages.
-    """
-
-    def __init__(self, languages: Sequence[str] | None):
-        try:
-            from py3langid.langid import MODEL_FILE
-            from py3langid.langid import LanguageIdentifier as Identifier
-        except ImportError as error:
-            raise ImportError("Off-target rates need py3langid: pip install 'modeling_dwlstm[langid]' "
-                              "(or pip install py3langid).") from error
-        self.identifier = Identifier.from_model_file(MODEL_FILE)
-        if languages is None:
-            return
-        unknown = sorted(set(languages) - set(self.identifier.nb_classes))
-        if unknown:
-            raise ValueError(f"py3langid does not know the languages {unknown}; off-target rates cannot be measured "
-                             "for them.")
-        self.identifier.set_languages(sorted(set(languages)))
-
-    def classify(self, texts: Sequence[str]) -> list[str]:
-        return [self.identifier.classify(text)[0] for text in texts]
-
-
-def off_target_rate(hypotheses: Sequence[str], target_lang: str, identifier: LanguageIdentifier) -> float:
-    """Share of `hypotheses` not identified as `target_lang` (an empty output counts as off target)."""
-    if not hypotheses:
-        raise ValueError("No hypotheses to check.")
-    languages = identifier.classify(hypotheses)
-    off = sum(1 for text, language in zip(hypotheses, languages) if not text.strip() or language != target_lang)
-    return round(off / len(hypotheses), 4)
-
-
-def score_off_target(hypotheses: Sequence[str], target_lang: str | None,
-                     languages: Sequence[str] | None = None) -> dict:
-    """``{"off_target_rate", "language_id"}`` of `hypotheses` for `target_lang`: the `evaluate` module's
-    "off_target" configuration. `languages`: the candidates (the model's languages; None: py3langid's 97)."""
-    if not target_lang:
-        raise ValueError("The off-target rate needs the target language: pass target_lang='de' (an ISO 639-1 code).")
-    identifier = LanguageIdentifier(None if languages is None else sorted({*languages, target_lang}))
-    return {"off_target_rate": off_target_rate(list(hypotheses), target_lang, identifier),
-            "language_id": "py3langid" + (f", restricted to {sorted({*languages, target_lang})}" if languages else "")}
-
-
 __all__ = [
     "language_tag", "tag_source", "parse_language_pairs", "parse_sources", "corpus_languages",
     "load_multilingual_corpus", "tokenize_directions", "balanced_sentences", "split_by_direction", "temperature_probabilities",
-    "temperature_counts", "TemperatureTokenBatchSampler", "direction_groups", "group_averages", "win_ratio",
-    "LanguageIdentifier", "off_target_rate", "score_off_target", "evaluate_directions", "results_table",
+    "temperature_counts", "TemperatureTokenBatchSampler",
 ]
-
-
-def evaluate_directions(args) -> dict:
-    """`run_evaluation` for many directions (`args.language_pairs`): one decoding pass, batches mixing directions.
-
-    Writes ``output_dir/DIRECTION/hypotheses.txt`` and ``output_dir/results.json`` with the settings,
-    ``directions`` (the scores of `evaluation.score_translations` plus ``off_target_rate`` per direction),
-    ``averages`` per group (`direction_groups`) and, given `args.baseline_results`, ``win_ratio`` (over
-    sacreBLEU) with ``paired_bootstrap`` per direction (against the baseline's hypotheses of that direction).
-    """
-    from .checkpoints import load_saved_tokenizer
-    from .evaluation import (
-        check_parallel,
-        load_model_for_evaluation,
-        paired_bootstrap,
-        read_lines,
-        score_translations,
-        translate_sentences,
-        write_json,
-        write_lines,
-    )
-
-    if args.data is None or args.source_lang or args.target_lang or args.source_file or args.baseline_hypotheses:
-        raise ValueError("--language_pairs takes the test set from --data (with --split) and replaces --source_lang/"
-                         "--target_lang, --source_file/--reference_file and --baseline_hypotheses (use "
-                         "--baseline_results).")
-    languages = corpus_languages(args.data, args.split) if args.language_pairs.strip() == ALL_PAIRS else None
-    names = [pair_name(direction) for direction in parse_language_pairs(args.language_pairs, languages)]
-    subset = [pair_name(direction) for direction in parse_language_pairs(args.average_subset)] if args.average_subset \
-        else []
-    groups = direction_groups(names, subset)
-    baseline = _read_baseline(args.baseline_results, names) if args.baseline_results else None
-    tests = {name: load_parallel_corpus(args.data, *name.split("-"), args.split, max_pairs=args.max_pairs)["translation"]
-             for name in names}
-    identifier = None
-    if args.off_target:
-        identifier = LanguageIdentifier(sorted({code for name in names for code in name.split("-")}))
-    empty = [f"{name} line {number}" for name in names
-             for number, pair in enumerate(tests[name], start=1) if not pair[name.split("-")[0]].strip()]
-    if empty:
-        logger.warning("%d empty source line(s) (the first: %s) get an empty translation.", len(empty), empty[0])
-    baseline_hypotheses = {name: read_lines(path) for name, path in baseline.items()} if baseline else None
-    for name in baseline_hypotheses or ():
-        check_parallel(baseline_hypotheses[name], [pair[name.split("-")[1]] for pair in tests[name]],
-                       f"baseline hypotheses in {baseline[name]}", f"the {name} references")
-    prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before loading and decoding, not after
-    tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
-    model = load_model_for_evaluation(args)
-    tagged = [tag_source(pair[name.split("-")[0]], name.split("-")[1]) for name in names for pair in tests[name]]
-    translations = translate_sentences(
-        model, tokenizer, tagged, num_beams=args.num_beams, length_penalty=args.length_penalty,
-        max_tokens=args.max_tokens, **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}),
-    )
-    directions, start = {}, 0
-    for name in names:
-        source_lang, target_lang = name.split("-")
-        hypotheses = translations.hypotheses[start: start + len(tests[name])]
-        references = [pair[target_lang] for pair in tests[name]]
-        start += len(tests[name])
-        directions[name] = score_translations(hypotheses, references, target_lang)
-        directions[name]["off_target_rate"] = off_target_rate(hypotheses, target_lang, identifier) if identifier \
-            else None
-        if baseline is not None:
-            directions[name]["paired_bootstrap"] = {
-                "baseline": str(baseline[name]),
-                **paired_bootstrap(hypotheses, baseline_hypotheses[name], references,
-                                   num_samples=args.bootstrap_samples),
-            }
-        write_lines(hypotheses, Path(args.output_dir) / name / "hypotheses.txt")
-    results = {
-        "model": args.model, "test_set": args.data, "split": args.split, "num_beams": args.num_beams,
-        "length_penalty": args.length_penalty, "max_tokens": args.max_tokens,
-        "language_id": "py3langid, restricted to the evaluated languages" if identifier else None,
-        "seconds": round(translations.seconds, 3), "sentences_per_second": round(translations.sentences_per_second, 2),
-        "device": str(model.device), "dtype": args.dtype, "quantize": args.quantize,
-        "directions": directions, "averages": group_averages(directions, groups),
-    }
-    if baseline is not None:
-        baseline_scores = json.loads(Path(args.baseline_results).read_text())["directions"]
-        results["win_ratio"] = {
-            "baseline": args.baseline_results, "metric": "sacrebleu",
-            **win_ratio({name: scores["sacrebleu"] for name, scores in directions.items()},
-                        {name: baseline_scores[name]["sacrebleu"] for name in names}),
-        }
-    write_json(results, Path(args.output_dir) / "results.json")
-    return results
-
-
-def _read_baseline(path: str, names: Sequence[str]) -> dict[str, Path]:
-    """{direction: the baseline's hypotheses file}, checked before decoding starts."""
-    try:
-        evaluated = json.loads(Path(path).read_text())["directions"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"--baseline_results {path}: not the results.json of a multilingual evaluation ({error}).") \
-            from error
-    missing = [name for name in names if name not in evaluated]
-    files = {name: Path(path).parent / name / "hypotheses.txt" for name in names}
-    missing += [f"{name} (no {file})" for name, file in files.items() if name in evaluated and not file.is_file()]
-    if missing:
-        raise ValueError(f"--baseline_results {path} lacks the directions {missing}; it has {sorted(evaluated)}.")
-    return files
-
-
-def results_table(results: Mapping, baseline: Mapping | None = None) -> list[str]:
-    """Markdown lines: one row per direction of a multilingual results.json, then one per group average.
-
-    With `baseline` (another results.json of the same directions) each row adds its sacreBLEU and the paired
-    bootstrap p-value stored in `results` (evaluated with --baseline_results).
-    """
-    with_baseline = baseline is not None
-    header = "| direction | sacreBLEU | chrF | off-target |" + (" baseline sacreBLEU | p (bootstrap) |" if with_baseline
-                                                               else "")
-    lines = [header, "|" + "---|" * (header.count("|") - 1)]
-
-    def cell(value, percent=False):
-        if value is None:
-            return "-"
-        return f"{100 * value:.1f}%" if percent else f"{value:.2f}"
-
-    for name, scores in results["directions"].items():
-        row = [name, cell(scores["sacrebleu"]), cell(scores["chrf"]), cell(scores.get("off_target_rate"), True)]
-        if with_baseline:
-            bootstrap = scores.get("paired_bootstrap", {})
-            row += [cell(baseline["directions"][name]["sacrebleu"]), cell(bootstrap.get("p_value"))]
-        lines.append("| " + " | ".join(row) + " |")
-    for group, scores in results["averages"].items():
-        row = [f"**{group.replace('_', ' ')}** ({scores['directions']})", cell(scores.get("sacrebleu")),
-               cell(scores.get("chrf")), cell(scores.get("off_target_rate"), True)]
-        if with_baseline:
-            row += [cell(baseline["averages"].get(group, {}).get("sacrebleu")), ""]
-        lines.append("| " + " | ".join(row) + " |")
-    if "win_ratio" in results:
-        ratio = results["win_ratio"]
-        lines += ["", f"Win ratio over the baseline ({ratio['metric']}): {ratio['wins']} of {ratio['directions']} "
-                      f"directions ({ratio['win_ratio']:.2f}), {ratio['ties']} ties."]
-    return lines

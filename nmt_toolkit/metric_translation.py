@@ -1,9 +1,9 @@
 """The project's translation metrics as an `evaluate` module: sacreBLEU with its signature, the papers'
 tokenized case-sensitive BLEU, and chrF.
 
-Load it with `evaluate.load(path)`, where `path` is this file (`modeling_dwlstm.metrics.translation_metric_path()`
-gives it) or a metric Space it was pushed to; `modeling_dwlstm.metrics.load_translation_metric()` does both
-steps. The numbers come from `modeling_dwlstm.evaluation.score_translations`, the function behind
+Load it with `evaluate.load(path)`, where `path` is this file (`nmt_toolkit.metrics.translation_metric_path()`
+gives it) or a metric Space it was pushed to; `nmt_toolkit.metrics.load_translation_metric()` does both
+steps. The numbers come from `nmt_toolkit.evaluation.score_translations`, the function behind
 `scripts/evaluate_translation.py`'s results.json, so the package must be installed where this module runs.
 
 Configurations (`evaluate.load(path, config_name)`) select what `compute` returns; see `CONFIGS`.
@@ -14,15 +14,14 @@ import evaluate
 import sacrebleu  # noqa: F401  (evaluate checks a script's top-level imports and names what to pip install)
 
 try:  # indented, so that evaluate does not ask pip for "modeling_dwlstm" (not on PyPI under that name)
-    from modeling_dwlstm.evaluation import score_translations
-    from modeling_dwlstm.multilingual import score_off_target
+    from nmt_toolkit.evaluation import score_off_target, score_translations
 except ImportError as error:
     raise ImportError(
         "This metric computes its scores with the modeling_dwlstm package: install it (pip install "
         "'modeling-dwlstm[metrics]' from its repository) where the metric runs."
     ) from error
 
-# Configuration name -> (scoring function of modeling_dwlstm.evaluation, the keys of its result to return;
+# Configuration name -> (scoring function of nmt_toolkit.evaluation, the keys of its result to return;
 # None: all). Each function takes (predictions, references, target_lang) and returns a dict. "off_target"
 # (the share of outputs not in the target language) is the one that needs no references: see `_compute`.
 OFF_TARGET = "off_target"
@@ -56,7 +55,7 @@ Returns (the "default" configuration; the others return a subset):
     tokenized_bleu (`float`), tokenized_bleu_method (`str`), chrf (`float`), chrf_signature (`str`).
     "off_target": off_target_rate (`float`, a share in [0, 1]), language_id (`str`).
 Examples:
-    >>> from modeling_dwlstm.metrics import load_translation_metric
+    >>> from nmt_toolkit.metrics import load_translation_metric
     >>> metric = load_translation_metric()
     >>> metric.compute(predictions=["Ein Mann reitet ein Pferd."], references=["Ein Mann reitet ein Pferd."])["sacrebleu"]
     100.0

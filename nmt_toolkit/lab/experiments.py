@@ -33,11 +33,17 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from .files import atomic_directory, atomic_write_json, atomic_write_text
+from safetensors import safe_open
+
+from ..checkpoints import complete_checkpoints
+from ..data import load_parallel_corpus
+from ..evaluation import paired_bootstrap, read_lines
+from ..files import atomic_directory, atomic_write_json, atomic_write_text
+from .plotting import plot_bleu_intervals, plot_training
 
 logger = logging.getLogger(__name__)
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"  # the repository's scripts/
 PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "accelerate", "sacrebleu")
 EXPERIMENT_KEYS = {"name", "description", "data", "tokenizer", "model", "training", "average_last", "evaluation",
                    "baseline", "runs"}
@@ -261,9 +267,6 @@ def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, a
     shows those (its "seeds" column says how many of how many), a run with none is listed as not run yet,
     and a row whose baseline has no record gets no p-value. Without it a missing record is an error.
     """
-    from .evaluation import paired_bootstrap, read_lines
-    from .plotting import plot_bleu_intervals, plot_training
-
     record_dir = Path(record_dir)
     references = _references(experiment)
     rows, not_run = [], []
@@ -372,8 +375,6 @@ def _read_record(record: Path) -> dict:
 
 
 def _references(experiment: Experiment) -> list[str]:
-    from .data import load_parallel_corpus
-
     data = experiment.data
     pairs = load_parallel_corpus(data["dataset"], data["source_lang"], data["target_lang"], data["test_split"])
     return [pair[data["target_lang"]] for pair in pairs["translation"]]
@@ -407,15 +408,11 @@ def _flags(settings: dict) -> list[str]:
 
 
 def _checkpoints(train_dir: Path) -> list[Path]:
-    from .checkpoints import complete_checkpoints
-
     return complete_checkpoints(train_dir) if train_dir.is_dir() else []
 
 
 def _parameter_count(model_dir: Path) -> int:
     """Parameters stored in the model's safetensors file (tied weights are stored once, as `num_parameters()`)."""
-    from safetensors import safe_open
-
     with safe_open(str(model_dir / "model.safetensors"), framework="pt") as weights:
         return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
 

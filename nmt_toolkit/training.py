@@ -40,8 +40,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pyarrow.compute as pc
 import torch
+from safetensors import safe_open
 from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
@@ -55,6 +58,8 @@ from transformers import (
     set_seed,
 )
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs
 
 from .batching import TokenBatchSampler
 from .checkpoints import (
@@ -82,7 +87,6 @@ from .multilingual import (
     split_by_direction,
     tokenize_directions,
 )
-from .tokenization_dwlstm import tokenizer_model_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -335,8 +339,6 @@ class WallClockCallback(TrainerCallback):
 
 def token_lengths(dataset) -> tuple[list[int], list[int]]:
     """Source and target token counts of a tokenized dataset, read from Arrow without decoding the ids."""
-    import pyarrow.compute as pc
-
     table = dataset.select_columns(["input_ids", "labels"]).with_format("arrow")[:]
     return (pc.list_value_length(table["input_ids"]).to_pylist(), pc.list_value_length(table["labels"]).to_pylist())
 
@@ -463,8 +465,6 @@ def check_resume_matches(checkpoint: str, arguments: dict, model) -> None:
                 f"values, or start a new run from its weights (--model_name_or_path {checkpoint}) in a new --output_dir.")
     weights_path = checkpoint / WEIGHTS_NAME
     if weights_path.is_file():
-        from safetensors import safe_open
-
         shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
         with safe_open(weights_path, framework="pt") as weights:
             for name in weights.keys():
@@ -622,8 +622,6 @@ class TqdmLoggingHandler(logging.StreamHandler):
     """Log lines written above the progress bar (through tqdm) instead of through it."""
 
     def emit(self, record):
-        from tqdm.auto import tqdm
-
         try:
             tqdm.write(self.format(record), file=self.stream)
         except Exception:  # noqa: BLE001  (logging must never raise; the standard handlers do the same)

@@ -33,6 +33,7 @@ The export is float32 unless `quantization` says otherwise; CTranslate2 also con
 from functools import partial
 from pathlib import Path
 
+from .checkpoints import load_saved_model, load_saved_tokenizer
 from .files import prepare_output_dir
 
 EXPORTABLE_MODEL_TYPE = "dwlstm-residual"
@@ -44,8 +45,6 @@ def export_ctranslate2(model_dir: str, output_dir: str, quantization: str | None
     """Convert the saved residual model in `model_dir` (with its tokenizer) into a CTranslate2 model in
     `output_dir`; `quantization` is CTranslate2's weight type ("int8", "int8_float32", "float16", ..., None
     for float32). Returns `output_dir`."""
-    from .checkpoints import load_saved_model, load_saved_tokenizer
-
     _converter_class()  # a missing ctranslate2 or a bad quantization is refused before the model is loaded
     check_quantization(quantization)
     if Path(output_dir).resolve() in (Path(model_dir).resolve(), *Path(model_dir).resolve().parents):
