@@ -16,6 +16,9 @@ import difflib
 from dataclasses import dataclass, field, fields
 
 from transformers import PreTrainedConfig
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 # The special token ids of every family tokenizer (`tokenization_dwlstm.SPECIAL_TOKENS` is in this order)
 # and the config defaults; the decoder starts from the pad id, as in Marian.
@@ -78,7 +81,7 @@ class TranslationTransformerConfig(PreTrainedConfig):
         tie_word_embeddings (`bool`, defaults to True): share the output projection with the embeddings.
     """
 
-    model_type = "dwlstm-base"
+    model_type = "translation-transformer"  # the skeleton; each member has its own (modeling_*.py)
     # Output keys Trainer leaves out of evaluation logits: the cache, named `cache` from transformers 5.24 on.
     keys_to_ignore_at_inference = ["past_key_values", "cache"]
     attribute_map = {
@@ -119,6 +122,7 @@ class TranslationTransformerConfig(PreTrainedConfig):
             self.language_pairs = []
         super().__post_init__(**kwargs)
         self.check_values()
+        self._warn_unused_fields()
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -139,6 +143,18 @@ class TranslationTransformerConfig(PreTrainedConfig):
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
             if close and key not in known:
                 raise ValueError(f"Unknown config field `{key}`; did you mean `{close[0]}`?")
+
+    def unused_fields(self) -> tuple[str, ...]:
+        """The fields this configuration leaves unread (a member overrides it: the depth-wise LSTM, for one, has no
+        FFN activation). The paper presets and model cards leave them out; a non-default value set in one warns."""
+        return ()
+
+    def _warn_unused_fields(self):
+        defaults = {f.name: f.default for f in fields(type(self))}
+        for name in self.unused_fields():
+            if getattr(self, name) != defaults[name]:
+                logger.warning(f"{type(self).__name__}: `{name}={getattr(self, name)!r}` has no effect with these "
+                               "settings (see the config's docstring).")
 
     def check_values(self):
         """Raise a ValueError naming the first field whose value the model cannot be built with."""

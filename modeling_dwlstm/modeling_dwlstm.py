@@ -60,6 +60,14 @@ class DepthWiseConfig(TranslationTransformerConfig):
             raise ValueError(f"`ffn_dim` must be even for lstm_hidden='glu' (GLU halves it), got {self.ffn_dim}.")
         check_choice("decoder_merge", self.decoder_merge, self.decoder_merges)
 
+    def unused_fields(self) -> tuple[str, ...]:
+        unused = ["activation_function"]  # no FFN: the hidden module has its own activation
+        if self.lstm_hidden == "glu":
+            unused.append("lstm_activation")  # GLU's sigmoid half is its activation
+        if self.lstm_hidden == "linear":
+            unused.append("activation_dropout")  # one matrix: nothing between two to drop out
+        return tuple(unused)
+
 
 class DwLstmConfig(DepthWiseConfig):
     r"""
@@ -112,7 +120,7 @@ class DwLstmConfig(DepthWiseConfig):
 # ---------------------------------------------------------------------------------------------
 
 
-class DepthwiseLstmGates(nn.Linear):
+class DepthWiseLstmGates(nn.Linear):
     """The three gates at once: z = W c + b with rows W_i, W_f, W_o (weight (3d, input)), then
 
         i, f, g = sigmoid(LN_k(z_k))   k = input, forget, output   (`activations`)
@@ -195,7 +203,7 @@ class GluHidden(nn.Module):
 LSTM_HIDDEN_CLASSES = {"linear": LinearHidden, "ffn": FeedForwardHidden, "glu": GluHidden}
 
 
-class DepthwiseLstm(nn.Module):
+class DepthWiseLstm(nn.Module):
     """One step of the LN-LSTM over depth: (x, o_{l-1}, c_{l-1}) -> (o_l, c_l).
 
         c   = [x ; o_{l-1}]
@@ -216,7 +224,7 @@ class DepthwiseLstm(nn.Module):
         # that replaces the registered module (a LoRA wrapper) reaches every step.
         gate_slots, owns_gates = shared_modules.get(("gates", input_dim, *gate_scope), lambda: self._modules)
         if owns_gates:
-            self.gates = DepthwiseLstmGates(input_dim, config.d_model)
+            self.gates = DepthWiseLstmGates(input_dim, config.d_model)
         object.__setattr__(self, "gate_slots", gate_slots)
         object.__setattr__(self, "gate_activations", gate_slots["gates"].activations)  # a wrapper lacks them
         hidden, owns_hidden = shared_modules.get(
@@ -226,7 +234,7 @@ class DepthwiseLstm(nn.Module):
 
     @property
     def gates(self) -> nn.Module:
-        """The gate projection as registered: `DepthwiseLstmGates`, or what a tool put in its place."""
+        """The gate projection as registered: `DepthWiseLstmGates`, or what a tool put in its place."""
         return self.gate_slots["gates"]
 
     def used_modules(self) -> dict[str, nn.Module]:
@@ -249,12 +257,12 @@ class DepthwiseLstm(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
-class DepthwiseLayer(TranslationLayer):
+class DepthWiseLayer(TranslationLayer):
     """What the depth-wise layers share: a step over depth in place of residual connections and the FFN.
     `step_class` is that step and `step_name` its attribute (and checkpoint key); the depth-wise RNN
     (`modeling_rnn`) reuses the layers below with its own step."""
 
-    step_class, step_name = DepthwiseLstm, "depthwise_lstm"
+    step_class, step_name = DepthWiseLstm, "depthwise_lstm"
 
     @property
     def step(self) -> nn.Module:
@@ -264,7 +272,7 @@ class DepthwiseLayer(TranslationLayer):
         return self.step.initial_state(embeddings)
 
 
-class DepthwiseLstmEncoderLayer(DepthwiseLayer):
+class DepthWiseLstmEncoderLayer(DepthWiseLayer):
     """a = SelfAttn(o_{l-1});  (o_l, c_l) = LSTM(a, o_{l-1}, c_{l-1})   (SPEC §2.2)."""
 
     def __init__(self, config: DepthWiseConfig, layer_idx: int, shared_modules: SharedModules):
@@ -274,13 +282,13 @@ class DepthwiseLstmEncoderLayer(DepthwiseLayer):
         self.add_module(self.step_name, step)
         self.dropout = config.dropout
 
-    def forward(self, output, cell=None, *, attention_mask=None, output_attentions=False):
-        attended, weights = self.self_attn(output, attention_mask=attention_mask, output_attentions=output_attentions)
+    def forward(self, hidden_states, cell=None, *, attention_mask=None, output_attentions=False):
+        attended, weights = self.self_attn(hidden_states, attention_mask=attention_mask, output_attentions=output_attentions)
         attended = F.dropout(attended, self.dropout, self.training)  # (B, S, d)
-        return LayerOutput(*self.step(attended, LayerState(output, cell)), self_attention=weights)
+        return LayerOutput(*self.step(attended, LayerState(hidden_states, cell)), self_attention=weights)
 
 
-class DepthwiseLstmDecoderLayer(DepthwiseLayer):
+class DepthWiseLstmDecoderLayer(DepthWiseLayer):
     """s = MaskedSelfAttn(o_{l-1});  x = CrossAttn(s + o_{l-1}, enc);  (o_l, c_l) = LSTM(merge(s, x), o_{l-1}, c_{l-1})
     with merge = s + x ("add") or [s; x] ("concat")   (SPEC §2.3, 001 Fig. 3a)."""
 
@@ -295,18 +303,18 @@ class DepthwiseLstmDecoderLayer(DepthwiseLayer):
         self.add_module(self.step_name, step)
         self.dropout = config.dropout
 
-    def forward(self, output, cell=None, encoder_hidden_states=None, *, attention_mask=None,
+    def forward(self, hidden_states, cell=None, encoder_hidden_states=None, *, attention_mask=None,
                 encoder_attention_mask=None, past_key_values=None, output_attentions=False):
-        s, self_weights = self.self_attn(output, attention_mask=attention_mask, past_key_values=past_key_values,
+        s, self_weights = self.self_attn(hidden_states, attention_mask=attention_mask, past_key_values=past_key_values,
                                          output_attentions=output_attentions)
         s = F.dropout(s, self.dropout, self.training)  # (B, T, d)
         x, cross_weights = self.cross_attn(
-            s + output, attention_mask=encoder_attention_mask, key_value_states=encoder_hidden_states,
+            s + hidden_states, attention_mask=encoder_attention_mask, key_value_states=encoder_hidden_states,
             past_key_values=past_key_values, output_attentions=output_attentions,
         )
         x = F.dropout(x, self.dropout, self.training)  # (B, T, d)
         merged = torch.cat([s, x], dim=-1) if self.concat else s + x
-        return LayerOutput(*self.step(merged, LayerState(output, cell)), self_weights, cross_weights)
+        return LayerOutput(*self.step(merged, LayerState(hidden_states, cell)), self_weights, cross_weights)
 
 
 class TwoLstmDecoderLayer(TranslationLayer):
@@ -318,18 +326,18 @@ class TwoLstmDecoderLayer(TranslationLayer):
         super().__init__()
         d, heads = config.d_model, config.decoder_attention_heads
         self.self_attn = MultiHeadAttention(config, heads, layer_idx)
-        self.self_attn_lstm = DepthwiseLstm(config, 2 * d, shared_modules, ("decoder", layer_idx, 0))
+        self.self_attn_lstm = DepthWiseLstm(config, 2 * d, shared_modules, ("decoder", layer_idx, 0))
         self.cross_attn = MultiHeadAttention(config, heads, layer_idx, is_cross_attention=True)
-        self.cross_attn_lstm = DepthwiseLstm(config, 2 * d, shared_modules, ("decoder", layer_idx, 1))
+        self.cross_attn_lstm = DepthWiseLstm(config, 2 * d, shared_modules, ("decoder", layer_idx, 1))
         self.dropout = config.dropout
 
-    initial_state = staticmethod(DepthwiseLstm.initial_state)
+    initial_state = staticmethod(DepthWiseLstm.initial_state)
 
-    def forward(self, output, cell=None, encoder_hidden_states=None, *, attention_mask=None,
+    def forward(self, hidden_states, cell=None, encoder_hidden_states=None, *, attention_mask=None,
                 encoder_attention_mask=None, past_key_values=None, output_attentions=False):
-        s, self_weights = self.self_attn(output, attention_mask=attention_mask, past_key_values=past_key_values,
+        s, self_weights = self.self_attn(hidden_states, attention_mask=attention_mask, past_key_values=past_key_values,
                                          output_attentions=output_attentions)
-        state = self.self_attn_lstm(F.dropout(s, self.dropout, self.training), LayerState(output, cell))
+        state = self.self_attn_lstm(F.dropout(s, self.dropout, self.training), LayerState(hidden_states, cell))
         x, cross_weights = self.cross_attn(
             state.output, attention_mask=encoder_attention_mask, key_value_states=encoder_hidden_states,
             past_key_values=past_key_values, output_attentions=output_attentions,
@@ -345,12 +353,12 @@ class TwoLstmDecoderLayer(TranslationLayer):
 
 class DwLstmModel(TranslationTransformerModel):
     config_class = DwLstmConfig
-    _no_split_modules = ["DepthwiseLstmEncoderLayer", "DepthwiseLstmDecoderLayer", "TwoLstmDecoderLayer"]
+    _no_split_modules = ["DepthWiseLstmEncoderLayer", "DepthWiseLstmDecoderLayer", "TwoLstmDecoderLayer"]
 
     @classmethod
     def layer_classes(cls, config: DwLstmConfig) -> tuple[type, type]:
         two_lstm = config.decoder_merge == "two_lstm"
-        return DepthwiseLstmEncoderLayer, TwoLstmDecoderLayer if two_lstm else DepthwiseLstmDecoderLayer
+        return DepthWiseLstmEncoderLayer, TwoLstmDecoderLayer if two_lstm else DepthWiseLstmDecoderLayer
 
 
 class DwLstmForConditionalGeneration(TranslationTransformerForConditionalGeneration):

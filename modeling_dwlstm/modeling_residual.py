@@ -103,8 +103,8 @@ class ResidualEncoderLayer(TranslationLayer):
         (the highway model varies it with depth and sub-layer)."""
         return self.residual_class(config)
 
-    def forward(self, output, cell=None, *, attention_mask=None, output_attentions=False):
-        x = output  # (B, S, d)
+    def forward(self, hidden_states, cell=None, *, attention_mask=None, output_attentions=False):
+        x = hidden_states  # (B, S, d)
         attended, weights = self.self_attn(self.self_attn_residual.sublayer_input(x), attention_mask=attention_mask,
                                            output_attentions=output_attentions)
         x = self.self_attn_residual.combine(x, attended)
@@ -129,9 +129,9 @@ class ResidualDecoderLayer(TranslationLayer):
 
     connection = ResidualEncoderLayer.connection
 
-    def forward(self, output, cell=None, encoder_hidden_states=None, *, attention_mask=None,
+    def forward(self, hidden_states, cell=None, encoder_hidden_states=None, *, attention_mask=None,
                 encoder_attention_mask=None, past_key_values=None, output_attentions=False):
-        x = output  # (B, T, d)
+        x = hidden_states  # (B, T, d)
         s, self_weights = self.self_attn(
             self.self_attn_residual.sublayer_input(x), attention_mask=attention_mask,
             past_key_values=past_key_values, output_attentions=output_attentions,

@@ -19,8 +19,8 @@ from .modeling_dwlstm import (
     XU_2020,
     XU_REWIRING,
     DepthWiseConfig,
-    DepthwiseLstmDecoderLayer,
-    DepthwiseLstmEncoderLayer,
+    DepthWiseLstmDecoderLayer,
+    DepthWiseLstmEncoderLayer,
 )
 from .modeling_translation import (
     LayerState,
@@ -53,7 +53,7 @@ class DepthWiseRnnConfig(DepthWiseConfig):
     model_type = "dwlstm-rnn"
 
 
-class DepthwiseRnn(nn.Module):
+class DepthWiseRnn(nn.Module):
     """One step over depth: (x, o_{l-1}) -> o_l = hidden([x ; o_{l-1}]). The hidden module is one per
     layer, or one per stack with `share_hidden`; `scope` = (stack, layer index, ...) names this step's place."""
 
@@ -73,23 +73,23 @@ class DepthwiseRnn(nn.Module):
         return LayerState(output=self.hidden(torch.cat([x, state.output], dim=-1)))  # (B, T, d)
 
 
-class DepthwiseRnnEncoderLayer(DepthwiseLstmEncoderLayer):
+class DepthWiseRnnEncoderLayer(DepthWiseLstmEncoderLayer):
     """a = SelfAttn(o_{l-1});  o_l = hidden([a ; o_{l-1}]): the depth-wise LSTM encoder layer with this step."""
 
-    step_class, step_name = DepthwiseRnn, "depthwise_rnn"
+    step_class, step_name = DepthWiseRnn, "depthwise_rnn"
 
 
-class DepthwiseRnnDecoderLayer(DepthwiseLstmDecoderLayer):
+class DepthWiseRnnDecoderLayer(DepthWiseLstmDecoderLayer):
     """s = MaskedSelfAttn(o_{l-1});  x = CrossAttn(s + o_{l-1}, enc);  o_l = hidden([merge(s, x) ; o_{l-1}])
     with merge = s + x ("add") or [s; x] ("concat"): the depth-wise LSTM decoder layer with this step."""
 
-    step_class, step_name = DepthwiseRnn, "depthwise_rnn"
+    step_class, step_name = DepthWiseRnn, "depthwise_rnn"
 
 
 class DepthWiseRnnModel(TranslationTransformerModel):
     config_class = DepthWiseRnnConfig
-    encoder_layer_class, decoder_layer_class = DepthwiseRnnEncoderLayer, DepthwiseRnnDecoderLayer
-    _no_split_modules = ["DepthwiseRnnEncoderLayer", "DepthwiseRnnDecoderLayer"]
+    encoder_layer_class, decoder_layer_class = DepthWiseRnnEncoderLayer, DepthWiseRnnDecoderLayer
+    _no_split_modules = ["DepthWiseRnnEncoderLayer", "DepthWiseRnnDecoderLayer"]
 
 
 class DepthWiseRnnForConditionalGeneration(TranslationTransformerForConditionalGeneration):

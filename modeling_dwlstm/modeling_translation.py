@@ -14,8 +14,8 @@ It knows no member. Read top to bottom:
 
         class DwLstmModel(TranslationTransformerModel):
             config_class = DwLstmConfig
-            encoder_layer_class = DepthwiseLstmEncoderLayer
-            decoder_layer_class = DepthwiseLstmDecoderLayer
+            encoder_layer_class = DepthWiseLstmEncoderLayer
+            decoder_layer_class = DepthWiseLstmDecoderLayer
 
 References: SPEC = ../shared/SPEC.md; 000-004 = the papers in ../shared/papers/ (see the README).
 """
@@ -328,11 +328,15 @@ class TranslationLayer(GradientCheckpointingLayer):
     """The base of every encoder and decoder layer. Calls (tensors positional, so that any checkpoint
     function, reentrant or not, sees them; everything else by keyword):
 
-        encoder layer:  layer(output, cell, attention_mask=..., output_attentions=...)
+        encoder layer:  layer(hidden_states, cell, attention_mask=..., output_attentions=...)
                         -> LayerOutput(output, cell, self-attention weights)
-        decoder layer:  layer(output, cell, encoder_hidden_states, attention_mask=..., encoder_attention_mask=...,
+        decoder layer:  layer(hidden_states, cell, encoder_hidden_states, attention_mask=..., encoder_attention_mask=...,
                               past_key_values=..., output_attentions=...)
                         -> LayerOutput(output, cell, self-attention weights, cross-attention weights)
+
+    `hidden_states` (B, T, d) is what enters the layer: the state's output from the layer below (o_{l-1}), or
+    what the stack's depth connection made of the layers below; `cell` is the depth-wise LSTM's c_{l-1} (None
+    for the residual members).
 
     `initial_state(embeddings)` is the state entering the first layer. Under `model.activation_checkpointing_enable()`
     transformers' `GradientCheckpointingLayer` recomputes the layer in the backward pass."""

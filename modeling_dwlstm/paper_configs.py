@@ -11,7 +11,7 @@ from pathlib import Path
 
 from transformers import PreTrainedConfig
 
-from . import MEMBERS as FAMILY_MEMBERS
+from . import MEMBERS
 from .configuration_translation import TranslationTransformerConfig
 from .pipeline_translation import OPUS100_LANGUAGES
 
@@ -20,13 +20,13 @@ SIZES = {
     "big": dict(d_model=1024, ffn_dim=4096, encoder_attention_heads=16, decoder_attention_heads=16, dropout=0.3),
 }
 # Preset name -> (config class, fields), from each member's record (`FamilyMember.presets`).
-MEMBERS = {
-    preset: (member.config_class, preset_fields) for member in FAMILY_MEMBERS for preset, preset_fields in member.presets.items()
+MEMBER_PRESETS = {
+    preset: (member.config_class, preset_fields) for member in MEMBERS for preset, preset_fields in member.presets.items()
 }
 LAYERS = (6, 12, 18, 24)
 # Members published with deep encoders and 6-layer decoders: (size, encoder layers, decoder layers) to write,
 # instead of every size x LAYERS (`FamilyMember.hub_depths`).
-HUB_DEPTHS = {preset: depths for member in FAMILY_MEMBERS for preset, depths in member.hub_depths.items()}
+HUB_DEPTHS = {preset: depths for member in MEMBERS for preset, depths in member.hub_depths.items()}
 PAPER_VOCAB_SIZE = 35603
 
 # 001 §3.5's multilingual setting (OPUS-100 many-to-many, following Zhang et al. 2020): the 6+6 base model,
@@ -34,8 +34,8 @@ PAPER_VOCAB_SIZE = 35603
 # depth-wise LSTM and the residual baseline (pre-norm: our choice; the papers compare with Zhang et al.'s numbers).
 OPUS100_PAIRS = [pair for language in OPUS100_LANGUAGES if language != "en" for pair in (f"en-{language}", f"{language}-en")]
 OPUS100_SETTING = dict(vocab_size=64000, language_pairs=OPUS100_PAIRS)
-# Every hub_configs/ preset: the members' (MEMBERS) and the data settings built on them.
-PRESETS = {**MEMBERS, **{f"{member}-opus100": (MEMBERS[member][0], {**MEMBERS[member][1], **OPUS100_SETTING})
+# Every hub_configs/ preset: the members' (MEMBER_PRESETS) and the data settings built on them.
+PRESETS = {**MEMBER_PRESETS, **{f"{member}-opus100": (MEMBER_PRESETS[member][0], {**MEMBER_PRESETS[member][1], **OPUS100_SETTING})
                          for member in ("dwlstm", "residual-prenorm")}}
 HUB_DEPTHS.update({f"{member}-opus100": [("base", 6, 6)] for member in ("dwlstm", "residual-prenorm")})
 
@@ -67,9 +67,10 @@ def hub_config_settings() -> list[tuple[str, str, int, int]]:
 
 
 def config_to_json(config: TranslationTransformerConfig) -> str:
-    """Every field the family declares, written out (no default hidden), plus model_type."""
+    """Every field the member reads, written out (no default hidden), plus model_type."""
     inherited = {field.name for field in fields(PreTrainedConfig)}
-    declared = [field.name for field in fields(config) if field.name not in inherited]
+    unused = set(config.unused_fields())
+    declared = [field.name for field in fields(config) if field.name not in inherited | unused]
     values = {name: getattr(config, name) for name in sorted(declared)}
     return json.dumps({"model_type": config.model_type, **values}, indent=2) + "\n"
 

@@ -85,7 +85,8 @@ def model_card(
         "built with modeling_dwlstm on Hugging Face Transformers.", "",
         "## Architecture", "", "| setting | value |", "|---|---|", f"| model_type | `{config.model_type}` |",
     ]
-    lines += [f"| {field} | `{getattr(config, field)}` |" for field in ARCHITECTURE_FIELDS + member.card_fields]
+    lines += [f"| {field} | `{getattr(config, field)}` |" for field in ARCHITECTURE_FIELDS + member.card_fields
+              if field not in config.unused_fields()]
     lines += ["", "## Training data", "", training_data.strip(), ""]
     lines += ["## Evaluation", ""] + (_results_lines(results) if results else ["Not evaluated yet.", ""])
     lines += [

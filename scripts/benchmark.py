@@ -1,10 +1,10 @@
-"""Benchmark every family member against MarianMTModel (issues 5 and 14): prints a table, writes JSON.
+"""Benchmark every family member against MarianMTModel: prints a table, writes JSON.
 
     python scripts/benchmark.py                    # small and base, lengths 16/64/256, 3 repeats
     python scripts/benchmark.py --quick            # small only, lengths 16/64, 2 repeats
     python scripts/benchmark.py --compile          # the family under torch.compile
-    python scripts/benchmark.py --deployment       # issue 14: base, every precision, bf16 training, CTranslate2,
-                                                   # the 12+12 vs 24+24 pair, and its targets
+    python scripts/benchmark.py --deployment       # base, every precision, bf16 training, CTranslate2,
+                                                   # the 12+12 vs 24+24 pair, and the speed targets
 """
 
 import argparse
@@ -18,22 +18,22 @@ def main():
     parser.add_argument("--sizes", nargs="+", choices=["small", "base"])
     parser.add_argument("--members", nargs="+", help="family members to run (default: every registered one) and/or 'marian'")
     parser.add_argument("--lengths", nargs="+", type=int, help="training lengths (default 16 64 256)")
-    parser.add_argument("--headline-length", type=int, help="training length the targets are checked at (default 64)")
+    parser.add_argument("--headline_length", type=int, help="training length the targets are checked at (default 64)")
     parser.add_argument("--repeats", type=int)
-    parser.add_argument("--generation-batch", type=int, help="source sentences per generate() call (default 32)")
-    parser.add_argument("--new-tokens", type=int, help="forced new tokens per sentence (default 24)")
+    parser.add_argument("--generation_batch", type=int, help="source sentences per generate() call (default 32)")
+    parser.add_argument("--new_tokens", type=int, help="forced new tokens per sentence (default 24)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
-    parser.add_argument("--token-budget", type=int, help="source + target tokens per training batch (default 4096)")
+    parser.add_argument("--token_budget", type=int, help="source + target tokens per training batch (default 4096)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the family's models")
-    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory probes")
+    parser.add_argument("--no_memory", action="store_true", help="skip the peak-memory probes")
     parser.add_argument("--precisions", nargs="+", choices=list(PRECISIONS),
                         help="generation precisions (default float32; float32 is always measured)")
-    parser.add_argument("--bf16-training", action="store_true", help="also time training under bf16 autocast (--bf16)")
+    parser.add_argument("--bf16_training", action="store_true", help="also time training under bf16 autocast (--bf16)")
     parser.add_argument("--ctranslate2", action="store_true", help="CTranslate2 rows: Marian and the residual pre-norm export")
-    parser.add_argument("--depth-pair", action="store_true", help="001 Table 6: 12+12 depth-wise LSTM vs 24+24 residual")
+    parser.add_argument("--depth_pair", action="store_true", help="001 Table 6: 12+12 depth-wise LSTM vs 24+24 residual")
     parser.add_argument("--deployment", action="store_true",
-                        help="issue 14's run: base size, length 64, every precision, --bf16-training, --ctranslate2, "
-                             "--depth-pair, no memory probe")
+                        help="the deployment run: base size, length 64, every precision, --bf16_training, "
+                             "--ctranslate2, --depth_pair, no memory probe")
     parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
     args = parser.parse_args()
     settings = BenchmarkSettings(threads=args.threads, compile=args.compile, measure_memory=not args.no_memory,

@@ -6,7 +6,7 @@ from conftest import random_ids, tiny_model
 from torch.nn.functional import gelu, sigmoid
 
 from modeling_dwlstm import DwLstmConfig, LayerState
-from modeling_dwlstm.modeling_dwlstm import DepthwiseLstm
+from modeling_dwlstm.modeling_dwlstm import DepthWiseLstm
 from modeling_dwlstm.modeling_translation import SharedModules
 
 
@@ -55,7 +55,7 @@ def randomize_(module):
 @pytest.mark.parametrize("input_width", [1, 2])  # x of width d (encoder, add) or 2d (decoder concat)
 def test_one_step_matches_the_equations(kind, input_width):
     config = DwLstmConfig(d_model=8, ffn_dim=12, encoder_attention_heads=2, decoder_attention_heads=2, lstm_hidden=kind)
-    lstm = DepthwiseLstm(config, (input_width + 1) * 8, SharedModules(), ("encoder", 0, 0))
+    lstm = DepthWiseLstm(config, (input_width + 1) * 8, SharedModules(), ("encoder", 0, 0))
     randomize_(lstm)
     x, o_prev, c_prev = torch.randn(2, 3, 8 * input_width), torch.randn(2, 3, 8), torch.randn(2, 3, 8)
     state = lstm(x, LayerState(o_prev, c_prev))
@@ -98,7 +98,7 @@ def test_first_encoder_and_decoder_layers_follow_spec_wiring():
 )
 def test_sharing_modes_share_exactly_what_they_say(share_gates, share_hidden, merge, distinct_gates, distinct_hidden):
     model = tiny_model("dwlstm", share_gates=share_gates, share_hidden=share_hidden, decoder_merge=merge)
-    lstms = [m for m in model.modules() if isinstance(m, DepthwiseLstm)]
+    lstms = [m for m in model.modules() if isinstance(m, DepthWiseLstm)]
     assert len({id(lstm.gates) for lstm in lstms}) == distinct_gates
     assert len({id(lstm.hidden) for lstm in lstms}) == distinct_hidden
     # every shared parameter is stored once in the checkpoint

@@ -7,8 +7,8 @@ from test_depthwise_lstm_equations import randomize_, spec_hidden
 from torch import nn
 
 from modeling_dwlstm import DepthWiseRnnConfig, LayerState
-from modeling_dwlstm.modeling_dwlstm import DepthwiseLstm
-from modeling_dwlstm.modeling_rnn import DepthwiseRnn
+from modeling_dwlstm.modeling_dwlstm import DepthWiseLstm
+from modeling_dwlstm.modeling_rnn import DepthWiseRnn
 from modeling_dwlstm.modeling_translation import SharedModules
 
 
@@ -16,7 +16,7 @@ from modeling_dwlstm.modeling_translation import SharedModules
 @pytest.mark.parametrize("input_width", [1, 2])  # x of width d (encoder, add) or 2d (decoder concat)
 def test_one_step_is_the_hidden_module_of_x_and_the_previous_output(kind, input_width):
     config = DepthWiseRnnConfig(d_model=8, ffn_dim=12, encoder_attention_heads=2, decoder_attention_heads=2, lstm_hidden=kind)
-    rnn = DepthwiseRnn(config, (input_width + 1) * 8, SharedModules(), ("encoder", 0))
+    rnn = DepthWiseRnn(config, (input_width + 1) * 8, SharedModules(), ("encoder", 0))
     randomize_(rnn)
     x, o_prev = torch.randn(2, 3, 8 * input_width), torch.randn(2, 3, 8)
     state = rnn(x, LayerState(o_prev))
@@ -47,7 +47,7 @@ def test_first_encoder_and_decoder_layers_follow_the_depthwise_lstm_wiring(merge
 
 class OpenGates(nn.Module):
     """i = 1, f = 0, g = 1: c_l = h and o_l = h, the depth-wise LSTM step reduced to its hidden module. In the
-    place of `DepthwiseLstmGates`: a projection that passes its input on, and activations that ignore it."""
+    place of `DepthWiseLstmGates`: a projection that passes its input on, and activations that ignore it."""
 
     def forward(self, concatenated):
         return concatenated
@@ -66,7 +66,7 @@ def test_equals_the_depthwise_lstm_with_input_and_output_gates_open_and_forget_g
     randomize_(rnn.model)
     lstm = tiny_model("dwlstm", share_gates="none", **options)
     for module in lstm.modules():
-        if isinstance(module, DepthwiseLstm):
+        if isinstance(module, DepthWiseLstm):
             module.gates = OpenGates()  # with share_gates="none" every step owns its gates: no parameters remain
             object.__setattr__(module, "gate_activations", module.gates.activations)  # which the step applies
     renamed = {k.replace("depthwise_rnn.", "depthwise_lstm."): v for k, v in rnn.state_dict().items()}
@@ -79,7 +79,7 @@ def test_equals_the_depthwise_lstm_with_input_and_output_gates_open_and_forget_g
 @pytest.mark.parametrize("share_hidden,distinct", [(False, 5), (True, 2)])
 def test_share_hidden_keeps_one_hidden_module_per_stack(share_hidden, distinct):
     model = tiny_model("rnn-glu-own-hidden-add", share_hidden=share_hidden)
-    steps = [m for m in model.modules() if isinstance(m, DepthwiseRnn)]
+    steps = [m for m in model.modules() if isinstance(m, DepthWiseRnn)]
     assert len(steps) == TINY["encoder_layers"] + TINY["decoder_layers"]
     assert len({id(step.hidden) for step in steps}) == distinct
     assert len({id(step.hidden) for step in steps[: TINY["encoder_layers"]]}) == (1 if share_hidden else 2)
@@ -90,5 +90,5 @@ def test_share_hidden_keeps_one_hidden_module_per_stack(share_hidden, distinct):
 def test_parameters_are_the_depthwise_lstm_minus_its_gates():
     """001 Table 2: 70.25M (global gates) vs 68.67M, the difference being the one gate module."""
     rnn, lstm = tiny_model("rnn-glu-own-hidden-add"), tiny_model("dwlstm", share_gates="global")
-    gates = next(m for m in lstm.modules() if isinstance(m, DepthwiseLstm)).gates
+    gates = next(m for m in lstm.modules() if isinstance(m, DepthWiseLstm)).gates
     assert rnn.num_parameters() == lstm.num_parameters() - sum(p.numel() for p in gates.parameters())

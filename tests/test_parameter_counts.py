@@ -6,7 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
+from transformers.testing_utils import CaptureLogger
 
+from modeling_dwlstm import DepthWiseRnnConfig, DwLstmConfig, ResidualTransformerConfig
+from modeling_dwlstm.configuration_translation import logger as configuration_logger
 from modeling_dwlstm.paper_configs import config_to_json, hub_config_name, hub_config_settings, paper_config
 
 HUB_CONFIGS = Path(__file__).resolve().parents[1] / "hub_configs"
@@ -65,3 +68,30 @@ def test_hub_configs_are_the_papers_settings(member, size, layers, decoder_layer
 def test_hub_configs_holds_nothing_stale():
     expected = {hub_config_name(member, size, layers, decoder) for member, size, layers, decoder in hub_config_settings()}
     assert {path.name for path in HUB_CONFIGS.glob("*.json")} == expected
+
+
+@pytest.mark.parametrize("path", sorted(HUB_CONFIGS.glob("*.json")), ids=lambda path: path.stem)
+def test_presets_carry_only_fields_their_member_reads(path):
+    config = AutoConfig.from_pretrained(path)
+    assert set(config.unused_fields()).isdisjoint(json.loads(path.read_text()))
+
+
+@pytest.mark.parametrize("fields,unused", [
+    ({"lstm_hidden": "glu"}, {"activation_function", "lstm_activation"}),
+    ({"lstm_hidden": "ffn"}, {"activation_function"}),
+    ({"lstm_hidden": "linear"}, {"activation_function", "activation_dropout"}),
+])
+def test_depthwise_configs_name_the_fields_they_leave_unread(fields, unused):
+    for config_class in (DwLstmConfig, DepthWiseRnnConfig):
+        assert set(config_class(**fields).unused_fields()) == unused
+    assert ResidualTransformerConfig().unused_fields() == ()
+
+
+def test_setting_a_field_the_member_leaves_unread_warns():
+    with CaptureLogger(configuration_logger) as captured:
+        DwLstmConfig(lstm_activation="tanh")  # the default hidden module is "glu": its activation is its own
+    assert "`lstm_activation='tanh'` has no effect" in captured.out
+    with CaptureLogger(configuration_logger) as captured:
+        DwLstmConfig(lstm_hidden="ffn", lstm_activation="tanh")
+        DwLstmConfig(activation_function="relu")  # the default value: nothing was asked for
+    assert captured.out == ""

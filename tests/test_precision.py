@@ -15,7 +15,7 @@ from torchao.quantization import Int8WeightOnlyConfig, quantize_
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
 from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig
-from modeling_dwlstm.modeling_dwlstm import DepthwiseLstm, DepthwiseLstmGates
+from modeling_dwlstm.modeling_dwlstm import DepthWiseLstm, DepthWiseLstmGates
 from modeling_dwlstm.modeling_translation import FusedLinear
 from modeling_dwlstm.precision import is_quantized, linear_modules, prepare_for_inference
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
@@ -108,13 +108,13 @@ def test_lora_all_linear_wraps_every_projection_of_the_depthwise_lstm_gates_incl
     with torch.no_grad():
         expected = model(**inputs).logits
     projections = [module for module in linear_modules(model) if module is not model.lm_head]
-    assert sum(isinstance(module, DepthwiseLstmGates) for module in projections) >= 2
+    assert sum(isinstance(module, DepthWiseLstmGates) for module in projections) >= 2
     calls_without_adapter = len(linear_calls(model).weight_types) - 1  # all but the output projection
     adapted = get_peft_model(model, LoraConfig(target_modules="all-linear", r=2))  # "all-linear" leaves out lm_head
     wrapped = [module.base_layer for module in adapted.modules() if hasattr(module, "lora_A")]
     assert {id(module) for module in wrapped} == {id(module) for module in projections}
     # Each step calls its gates through the owner, so layers sharing the gates all go through the adapter.
-    steps = [module for module in adapted.modules() if isinstance(module, DepthwiseLstm)]
+    steps = [module for module in adapted.modules() if isinstance(module, DepthWiseLstm)]
     assert all(hasattr(step.gates, "lora_A") for step in steps)
     calls = []
     for module in adapted.modules():

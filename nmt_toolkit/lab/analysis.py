@@ -29,7 +29,7 @@ from modeling_dwlstm.modeling_translation import LayerOutput, LayerState
 from ..evaluation import DEFAULT_MAX_TOKENS, score_translations, translate_sentences
 
 STACKS = ("encoder", "decoder")
-GATE_NAMES = ("input", "forget", "output")  # the order DepthwiseLstmGates returns them in
+GATE_NAMES = ("input", "forget", "output")  # the order DepthWiseLstmGates returns them in
 
 
 # ---------------------------------------------------------------------------------------------

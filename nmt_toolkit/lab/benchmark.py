@@ -58,7 +58,7 @@ from modeling_dwlstm.configuration_translation import EOS_ID as EOS
 from modeling_dwlstm.configuration_translation import PAD_ID as PAD
 from modeling_dwlstm.configuration_translation import UNK_ID
 from modeling_dwlstm.modeling_translation import MultiHeadAttention
-from modeling_dwlstm.paper_configs import MEMBERS, PAPER_VOCAB_SIZE
+from modeling_dwlstm.paper_configs import MEMBER_PRESETS, PAPER_VOCAB_SIZE
 from modeling_dwlstm.paper_configs import SIZES as PAPER_SIZES
 from modeling_dwlstm.precision import prepare_for_inference
 
@@ -142,9 +142,9 @@ class BenchmarkSettings:
 
 
 def registered_members() -> dict:
-    """name -> (config class, fields) for every member `paper_configs.MEMBERS` names, plus any member in
+    """name -> (config class, fields) for every member `paper_configs.MEMBER_PRESETS` names, plus any member in
     `FAMILY` it does not cover (by its default options), so newly registered members are benchmarked too."""
-    members = dict(MEMBERS)
+    members = dict(MEMBER_PRESETS)
     covered = {config_class for config_class, _ in members.values()}
     for config_class, _, _ in FAMILY:
         if config_class not in covered:
