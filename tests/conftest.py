@@ -1,7 +1,12 @@
 """Tiny configurations of every family member and option, shared by the test files."""
 
+import contextlib
+import functools
 import gzip
+import io
 import itertools
+import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +151,21 @@ def one_thread():
 @pytest.fixture(params=sorted(CASES))
 def case(request):
     return request.param
+
+
+@functools.cache
+def script_help(name: str) -> str:
+    """What `python scripts/<name>.py --help` prints, run in this process (the scripts only parse arguments before
+    --help exits); cached, so that every test that reads a script's flags pays once."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"scripts/{name}.py does not exist")
+    output, saved_argv = io.StringIO(), sys.argv
+    sys.argv = [str(path), "--help"]
+    try:
+        with contextlib.redirect_stdout(output), pytest.raises(SystemExit) as exit_info:
+            runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv = saved_argv
+    assert exit_info.value.code in (0, None), f"scripts/{name}.py --help exited with {exit_info.value.code}"
+    return output.getvalue()
