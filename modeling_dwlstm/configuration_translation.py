@@ -8,7 +8,7 @@ in a small config subclass that lives in its own ``modeling_*.py`` file, beside 
 ``FamilyMember`` record.
 
 Field names follow Marian's config. Defaults are the Transformer-base setting of the papers
-(d_model 512, ffn_dim 2048, 8 heads, 6+6 layers, dropout 0.1) with the joint vocabulary of 001's
+(d_model 512, ffn_dim 2048, 8 heads, 6+6 layers, dropout 0.1) with the joint vocabulary of Xu et al. 2024's
 WMT14 En-De setup (35,603 tokens). Invalid values raise ``ValueError`` naming the field.
 """
 

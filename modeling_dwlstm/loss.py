@@ -1,4 +1,4 @@
-"""The papers' label-smoothed cross-entropy fused with the output projection, for training (issue 14).
+"""The papers' label-smoothed cross-entropy fused with the output projection, for training.
 
 At the papers' 35,603-word vocabulary the output projection's logits are the largest tensors of a training
 step (2,048 target tokens x 35,603 words = 290 MB in float32), and the plain path

@@ -1,14 +1,14 @@
-"""Dynamic linear combination of layers, DLCL (Wang et al. 003 §3, Eqs. 7-9).
+"""Dynamic linear combination of layers, DLCL (Wang et al. 2019, §3, Eqs. 7-9).
 
 The residual layers of `modeling_residual` (post- or pre-norm), connected across each stack by
 `DlclConnection`: the input of layer l+1 is a weighted sum of all earlier layer outputs y_0 .. y_l
 (y_0 = the embeddings), with a learned (or fixed) scalar per (consumer, earlier layer):
 
-    pre-norm    x_{l+1} = sum_k W^{(l+1)}_k LN_k(y_k)        003 Eq. 8
-    post-norm   x_{l+1} = LN(sum_k W^{(l+1)}_k y_k)          003 Eq. 9
+    pre-norm    x_{l+1} = sum_k W^{(l+1)}_k LN_k(y_k)        Wang et al. 2019, Eq. 8
+    post-norm   x_{l+1} = LN(sum_k W^{(l+1)}_k y_k)          Wang et al. 2019, Eq. 9
 
 `model.dlcl_weight_matrices()` reads the two weight matrices out;
-`nmt_toolkit.lab.plotting_analysis.plot_dlcl_weights` draws them as heatmaps like 003 Fig. 5.
+`nmt_toolkit.lab.plotting_analysis.plot_dlcl_weights` draws them as heatmaps like Wang et al. 2019, Fig. 5.
 """
 
 
@@ -27,25 +27,25 @@ from .modeling_translation import LayerCombination, LayerState
 
 class DlclConfig(ResidualTransformerConfig):
     r"""
-    Dynamic linear combination of layers, DLCL (Wang et al. 003 §3, Eqs. 7-9), on the residual layers.
+    Dynamic linear combination of layers, DLCL (Wang et al. 2019, §3, Eqs. 7-9), on the residual layers.
 
     Both stacks keep every layer output y_0 .. y_l (y_0 = the embeddings) and feed layer l+1
     a weighted sum of them, with one scalar W^{(l+1)}_k per (consumer, earlier layer) pair, separately
     for encoder and decoder; the stack output (before the final LayerNorm) is one more consumer, so
-    each stack has an (L+1) x (L+1) lower-triangular weight matrix (003 Fig. 5):
+    each stack has an (L+1) x (L+1) lower-triangular weight matrix (Wang et al. 2019, Fig. 5):
 
         pre-norm    x_{l+1} = sum_k W_k LN_k(y_k)       (Eq. 8; one LayerNorm per stored output)
         post-norm   x_{l+1} = LN_{l+1}(sum_k W_k y_k)   (Eq. 9; one LayerNorm per consumer; for the
                                                           stack output the stack's final LayerNorm is it)
 
-    Only complete layers are combined (003 §5: "we only combine the output of a complete layer"), so
+    Only complete layers are combined (Wang et al. 2019, §5: "we only combine the output of a complete layer"), so
     cached decoding works position by position as for the residual model.
 
     Args:
-        norm_position (`str`, defaults to "pre"): "pre" or "post", as for the residual model; 003's
+        norm_position (`str`, defaults to "pre"): "pre" or "post", as for the residual model; Wang et al. 2019's
             DLCL systems (DLCL-30L, Fig. 5, the ablations of Table 6) are pre-norm.
         dlcl_weights (`str`, defaults to "learned"): "learned" (initialised to the average 1/(l+1)),
-            or the fixed ablations of 003 Table 6: "one" (W = 1) and "average" (W = 1/(l+1)).
+            or the fixed ablations of Wang et al. 2019, Table 6: "one" (W = 1) and "average" (W = 1/(l+1)).
         dlcl_layer_norm (`bool`, defaults to True): the LayerNorms of Eqs. 8/9; False is Table 6's
             "- layer norm." ablation (then DLCL with one-hot weights on the previous layer is exactly
             the residual model).
@@ -135,7 +135,7 @@ class DlclForConditionalGeneration(DlclWeightsMixin, ResidualTransformerForCondi
     base_model_class = DlclModel
 
 
-# 003's pre-norm DLCL-30L and post-norm 20-layer DLCL (§5.1), beside the 6-layer base.
+# Wang et al. 2019's pre-norm DLCL-30L and post-norm 20-layer DLCL (§5.1), beside the 6-layer base.
 MEMBER = FamilyMember(
     config_class=DlclConfig,
     model_class=DlclModel,

@@ -1,4 +1,4 @@
-"""The Transformer with depth-wise LSTMs (Xu et al., papers 000 and 001; SPEC §2): the whole member.
+"""The Transformer with depth-wise LSTMs (Xu et al. 2020; Xu et al. 2024): the whole member.
 
 Residual connections and feed-forward sub-layers are replaced by a layer-normalised LSTM that runs
 across the depth of the network. Read top to bottom: the config, the LSTM step (gates, hidden
@@ -36,7 +36,8 @@ class DepthWiseConfig(TranslationTransformerConfig):
     (not a member itself; `DwLstmConfig` and `DepthWiseRnnConfig` extend it).
 
     Args:
-        lstm_hidden (`str`, defaults to "glu"): "linear" (001 Eq. 5), "ffn" (000 Eq. 8) or "glu" (001 Eq. 6).
+        lstm_hidden (`str`, defaults to "glu"): "linear" (Xu et al. 2024, Eq. 5), "ffn" (Xu et al. 2020, Eq. 8)
+            or "glu" (Xu et al. 2024, Eq. 6).
         lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh").
         share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
         decoder_merge (`str`, defaults to "add"): how a decoder layer merges its self-attention result s
@@ -71,7 +72,7 @@ class DepthWiseConfig(TranslationTransformerConfig):
 
 class DwLstmConfig(DepthWiseConfig):
     r"""
-    Transformer with depth-wise LSTMs (Xu et al., papers 000 and 001; SPEC §2).
+    Transformer with depth-wise LSTMs (Xu et al. 2020; Xu et al. 2024).
 
     Residual connections and the FFN sub-layer are replaced by a layer-normalised LSTM running over
     depth: layer l turns its attention result x and the previous state (o, c) into
@@ -85,19 +86,19 @@ class DwLstmConfig(DepthWiseConfig):
 
     Args:
         lstm_hidden (`str`, defaults to "glu"): the hidden computation h.
-            "linear" h = act(LN(W_h [x;o] + b_h))                      (001 Eq. 5, W_h: 2d -> d)
-            "ffn"    h = W_2 act(LN(W_1 [x;o] + b_1)) + b_2            (000 Eq. 8, W_1: 2d -> d_ff)
-            "glu"    h = W_2 GLU(LN(W_1 [x;o] + b_1)) + b_2            (001 Eq. 6, GLU halves d_ff)
+            "linear" h = act(LN(W_h [x;o] + b_h))                      (Xu et al. 2024, Eq. 5, W_h: 2d -> d)
+            "ffn"    h = W_2 act(LN(W_1 [x;o] + b_1)) + b_2            (Xu et al. 2020, Eq. 8, W_1: 2d -> d_ff)
+            "glu"    h = W_2 GLU(LN(W_1 [x;o] + b_1)) + b_2            (Xu et al. 2024, Eq. 6, GLU halves d_ff)
         lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh");
             "glu" uses its own sigmoid gate and no other activation.
         share_gates (`str`, defaults to "per_stack"): one gate module for every layer of both stacks
-            ("global"), one per stack ("per_stack", 001's default) or one per layer ("none").
+            ("global"), one per stack ("per_stack", Xu et al. 2024's default) or one per layer ("none").
             With `decoder_merge="concat"` the decoder's gates read a 3d input and cannot be shared
             with the encoder's, so "global" then means one module per stack.
         share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
         decoder_merge (`str`, defaults to "add"): how a decoder layer combines its self-attention
             result s and cross-attention result x before the LSTM: "add" (s + x), "concat" ([s; x],
-            a 3d LSTM input) or "two_lstm" (001 Fig. 3b: one depth-wise LSTM after the self-attention
+            a 3d LSTM input) or "two_lstm" (Xu et al. 2024, Fig. 3b: one depth-wise LSTM after the self-attention
             and another after the cross-attention; each has its own hidden module unless `share_hidden`).
 
     Dropout (our choice; the papers leave it to their toolkit): `dropout` on attention results before
@@ -116,7 +117,7 @@ class DwLstmConfig(DepthWiseConfig):
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. The depth-wise LSTM step (SPEC §2; 001 Eqs. 1-8, 000 Eqs. 3-10)
+# 2. The depth-wise LSTM step (Xu et al. 2024, Eqs. 1-8; Xu et al. 2020, Eqs. 3-10)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -129,7 +130,7 @@ class DepthWiseLstmGates(nn.Linear):
     nn.Linear's, the linear map alone, so that quantisers, LoRA and pruning tools see the gate projection
     as the projection it is and a wrapper around it stays correct; the step applies `activations` after
     it. `blocks = 3` makes the skeleton's `_init_weights` Xavier-initialise each W_k as its own matrix
-    (SPEC §1); the LayerNorm parameters are set by `init_parameters`.
+    (docs/members.md); the LayerNorm parameters are set by `init_parameters`.
     """
 
     blocks = 3
@@ -157,7 +158,7 @@ class DepthWiseLstmGates(nn.Linear):
 
 
 class LinearHidden(nn.Module):
-    """h = act(LN(W_h c + b_h)), W_h: input -> d (001 Eq. 5)."""
+    """h = act(LN(W_h c + b_h)), W_h: input -> d (Xu et al. 2024, Eq. 5)."""
 
     def __init__(self, input_dim: int, config: DwLstmConfig):
         super().__init__()
@@ -170,7 +171,7 @@ class LinearHidden(nn.Module):
 
 
 class FeedForwardHidden(nn.Module):
-    """h = W_2 act(LN(W_1 c + b_1)) + b_2, W_1: input -> d_ff (000 Eq. 8)."""
+    """h = W_2 act(LN(W_1 c + b_1)) + b_2, W_1: input -> d_ff (Xu et al. 2020, Eq. 8)."""
 
     def __init__(self, input_dim: int, config: DwLstmConfig):
         super().__init__()
@@ -186,7 +187,7 @@ class FeedForwardHidden(nn.Module):
 
 
 class GluHidden(nn.Module):
-    """h = W_2 GLU(LN(W_1 c + b_1)) + b_2, GLU(a; b) = a * sigmoid(b) halves d_ff (001 Eq. 6)."""
+    """h = W_2 GLU(LN(W_1 c + b_1)) + b_2, GLU(a; b) = a * sigmoid(b) halves d_ff (Xu et al. 2024, Eq. 6)."""
 
     def __init__(self, input_dim: int, config: DwLstmConfig):
         super().__init__()
@@ -273,7 +274,7 @@ class DepthWiseLayer(TranslationLayer):
 
 
 class DepthWiseLstmEncoderLayer(DepthWiseLayer):
-    """a = SelfAttn(o_{l-1});  (o_l, c_l) = LSTM(a, o_{l-1}, c_{l-1})   (SPEC §2.2)."""
+    """a = SelfAttn(o_{l-1});  (o_l, c_l) = LSTM(a, o_{l-1}, c_{l-1})   (Xu et al. 2024, §2)."""
 
     def __init__(self, config: DepthWiseConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
@@ -290,7 +291,7 @@ class DepthWiseLstmEncoderLayer(DepthWiseLayer):
 
 class DepthWiseLstmDecoderLayer(DepthWiseLayer):
     """s = MaskedSelfAttn(o_{l-1});  x = CrossAttn(s + o_{l-1}, enc);  (o_l, c_l) = LSTM(merge(s, x), o_{l-1}, c_{l-1})
-    with merge = s + x ("add") or [s; x] ("concat")   (SPEC §2.3, 001 Fig. 3a)."""
+    with merge = s + x ("add") or [s; x] ("concat")   (Xu et al. 2024, Fig. 3a; the query s + o_{l-1} as in Xu et al. 2020, §3.3)."""
 
     def __init__(self, config: DepthWiseConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
@@ -318,7 +319,7 @@ class DepthWiseLstmDecoderLayer(DepthWiseLayer):
 
 
 class TwoLstmDecoderLayer(TranslationLayer):
-    """001 Fig. 3b: a depth-wise LSTM after each attention sub-layer, replacing both residual connections.
+    """Xu et al. 2024, Fig. 3b: a depth-wise LSTM after each attention sub-layer, replacing both residual connections.
         s = MaskedSelfAttn(o_{l-1});  (o', c') = LSTM_1(s, o_{l-1}, c_{l-1})
         x = CrossAttn(o', enc);       (o_l, c_l) = LSTM_2(x, o', c')"""
 
@@ -367,7 +368,7 @@ class DwLstmForConditionalGeneration(TranslationTransformerForConditionalGenerat
     _no_split_modules = DwLstmModel._no_split_modules
 
 
-# BibTeX of the depth-wise LSTM papers (000, 001).
+# BibTeX of the depth-wise LSTM papers (Xu et al. 2020; Xu et al. 2024).
 XU_2020 = """@article{xu2020transformer,
   title   = {Transformer with Depth-Wise {LSTM}},
   author  = {Xu, Hongfei and Liu, Qiuhui and Xiong, Deyi and van Genabith, Josef},

@@ -1,12 +1,12 @@
-"""Highway Transformer (Chai et al., paper 004): the post-norm residual Transformer with self-gating.
+"""Highway Transformer (Chai et al. 2020): the post-norm residual Transformer with self-gating.
 
 Same skeleton and layers as the residual baseline (`modeling_residual`); only the connection around
 each sub-layer F (self-attention, cross-attention, FFN) changes. With the transform gate
 T(X) = Psi(X W_1 + b_1) and the transform f(X) = X W_2 + b_2, both reading the sub-layer's input X:
 
-    sdu            U = LN(X + F(X) + SDU(X)),  SDU(X) = T(X) * f(X)       004 Eqs. 21-24
-    highway_gate   U = LN((1 - T(X)) * X + T(X) * f(X) + F(X))             004 Eqs. 26-29
-    gated_mhdpa    U = LN(X + (1 - T(X)) * F(X) + T(X) * f(X))             004 Eqs. 30-31
+    sdu            U = LN(X + F(X) + SDU(X)),  SDU(X) = T(X) * f(X)       Chai et al. 2020, Eqs. 21-24
+    highway_gate   U = LN((1 - T(X)) * X + T(X) * f(X) + F(X))             Chai et al. 2020, Eqs. 26-29
+    gated_mhdpa    U = LN(X + (1 - T(X)) * F(X) + T(X) * f(X))             Chai et al. 2020, Eqs. 30-31
 
 Layers 1..`sdu_layers` of each stack get the gated connection (all layers by default), the layers
 above the plain post-norm one, LN(X + F(X)).
@@ -25,26 +25,26 @@ GATE_ACTIVATIONS = {"sigmoid": torch.sigmoid, "tanh": torch.tanh}
 
 class HighwayTransformerConfig(TranslationTransformerConfig):
     r"""
-    Highway Transformer (Chai et al., paper 004; SPEC §3): the post-norm residual Transformer with a
+    Highway Transformer (Chai et al. 2020): the post-norm residual Transformer with a
     self-gated branch on the sub-layers (self-attention, cross-attention, FFN) of both stacks. With
     T(X) = Psi(X W_1 + b_1) and f(X) = X W_2 + b_2 (one pair of d x d projections per gated sub-layer
     F, the gate reading the sub-layer's input X):
 
-        "sdu"           U = LN(X + F(X) + T(X) * f(X))                       (004 Eqs. 21-24)
-        "highway_gate"  U = LN((1 - T(X)) * X + T(X) * f(X) + F(X))           (004 Eqs. 26-29)
-        "gated_mhdpa"   U = LN(X + (1 - T(X)) * F(X) + T(X) * f(X))           (004 Eqs. 30-31)
+        "sdu"           U = LN(X + F(X) + T(X) * f(X))                       (Chai et al. 2020, Eqs. 21-24)
+        "highway_gate"  U = LN((1 - T(X)) * X + T(X) * f(X) + F(X))           (Chai et al. 2020, Eqs. 26-29)
+        "gated_mhdpa"   U = LN(X + (1 - T(X)) * F(X) + T(X) * f(X))           (Chai et al. 2020, Eqs. 30-31)
 
     Args:
-        sdu_gate (`str`, defaults to "sigmoid"): Psi of the "sdu" variant, "sigmoid" or "tanh" (004 Eq. 21).
-            The two highway variants use the sigmoid transform gate of 004 Eq. 26 (their carry gate is
+        sdu_gate (`str`, defaults to "sigmoid"): Psi of the "sdu" variant, "sigmoid" or "tanh" (Chai et al. 2020, Eq. 21).
+            The two highway variants use the sigmoid transform gate of Chai et al. 2020, Eq. 26 (their carry gate is
             1 - T), so they accept only "sigmoid".
         highway_variant (`str`, defaults to "sdu"): "sdu", "highway_gate" or "gated_mhdpa" (above).
-        sdu_layers (`int` or `None`, defaults to None): None gates every layer of both stacks (SPEC §4's
-            30 gated sub-layers at 6+6); an integer k gates only layers 1..k of each stack (004 Tables
+        sdu_layers (`int` or `None`, defaults to None): None gates every layer of both stacks (the
+            30 gated sub-layers at 6+6); an integer k gates only layers 1..k of each stack (Chai et al. 2020, Tables
             5-6, e.g. "L1-2"), the layers above are plain post-norm residual layers. A stack with fewer
             than k layers is gated throughout; k must be between 1 and the deeper stack's depth.
         sdu_ffn (`bool`, defaults to True): gate the FFN sub-layers too; False gates only the attention
-            sub-layers (self- and cross-attention), 004 Table 5's "\\FFN" setting (18 gated sub-layers at 6+6).
+            sub-layers (self- and cross-attention), Chai et al. 2020, Table 5's "\\FFN" setting (18 gated sub-layers at 6+6).
 
     Dropout (our choice): `dropout` on F(X) and on the gated branch T(X) * f(X), as on every sub-layer
     output of the residual model; nothing is dropped from the carried input X.
@@ -64,7 +64,7 @@ class HighwayTransformerConfig(TranslationTransformerConfig):
         if self.highway_variant != "sdu" and self.sdu_gate != "sigmoid":
             raise ValueError(
                 f"`sdu_gate={self.sdu_gate!r}` applies to highway_variant='sdu' only: {self.highway_variant!r} uses "
-                "the sigmoid transform gate T of 004 Eq. 26 (its carry gate is 1 - T). Set sdu_gate='sigmoid'."
+                "the sigmoid transform gate T of Chai et al. 2020, Eq. 26 (its carry gate is 1 - T). Set sdu_gate='sigmoid'."
             )
         deepest = max(self.encoder_layers, self.decoder_layers)
         if not isinstance(self.sdu_ffn, bool):
@@ -84,9 +84,9 @@ class HighwayTransformerConfig(TranslationTransformerConfig):
 
 
 class SelfDependencyConnection(PostNormResidual):
-    """U = LN(X + dropout(F(X)) + dropout(SDU(X))), SDU(X) = Psi(X W_1 + b_1) * (X W_2 + b_2)   (004 Eqs. 21-24).
+    """U = LN(X + dropout(F(X)) + dropout(SDU(X))), SDU(X) = Psi(X W_1 + b_1) * (X W_2 + b_2)   (Chai et al. 2020, Eqs. 21-24).
 
-    Each SDU costs 2 d (d + 1) parameters: 30 of them turn the 62.37M 6+6 base model into 78.13M (SPEC §4)."""
+    Each SDU costs 2 d (d + 1) parameters: 30 of them turn the 62.37M 6+6 base model into 78.13M (Xu et al. 2024, Table 6)."""
 
     def __init__(self, config: HighwayTransformerConfig):
         super().__init__(config)
@@ -105,7 +105,7 @@ class SelfDependencyConnection(PostNormResidual):
 
 
 class HighwayGateConnection(SelfDependencyConnection):
-    """o(X) = (1 - T(X)) * X + T(X) * f(X);  U = LN(o(X) + dropout(F(X)))   (004 Eqs. 26-29).
+    """o(X) = (1 - T(X)) * X + T(X) * f(X);  U = LN(o(X) + dropout(F(X)))   (Chai et al. 2020, Eqs. 26-29).
     T carries the gated transform, 1 - T the input itself, as in highway networks."""
 
     def combine(self, x: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
@@ -115,7 +115,7 @@ class HighwayGateConnection(SelfDependencyConnection):
 
 
 class GatedSublayerConnection(SelfDependencyConnection):
-    """o(X) = (1 - T(X)) * F(X) + T(X) * f(X);  U = LN(X + dropout(o(X)))   (004 Eqs. 30-31, "gated MHDPA").
+    """o(X) = (1 - T(X)) * F(X) + T(X) * f(X);  U = LN(X + dropout(o(X)))   (Chai et al. 2020, Eqs. 30-31, "gated MHDPA").
     The gate trades the sub-layer's output against the gated transform; the residual path stays."""
 
     def combine(self, x: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
@@ -174,7 +174,7 @@ MEMBER = FamilyMember(
     card_fields=("highway_variant", "sdu_gate", "sdu_layers", "sdu_ffn"),
     presets={"highway-sdu": {"highway_variant": "sdu", "sdu_gate": "sigmoid"},
              "highway-sdu-attention": {"highway_variant": "sdu", "sdu_gate": "sigmoid", "sdu_ffn": False}},
-    # 004 Table 5's "\FFN" ablation (SDUs on the attention sub-layers only) at the base size.
+    # Chai et al. 2020, Table 5's "\FFN" ablation (SDUs on the attention sub-layers only) at the base size.
     hub_depths={"highway-sdu-attention": [("base", 6, 6)]},
 )
 

@@ -1,11 +1,11 @@
-"""The residual Transformer baseline (Vaswani et al.), post-norm and pre-norm (Wang et al. 003 §2).
+"""The residual Transformer baseline (Vaswani et al.), post-norm and pre-norm (Wang et al. 2019, §2).
 
 The skeleton (embeddings, attention, stacks, loss, generation) is `modeling_translation`'s; this
 file is the config, the layers and the record. Each sub-layer F (attention or FFN) is wrapped by
 a residual connection chosen by `norm_position`:
 
-    post-norm   x = LN(x + dropout(F(x)))        003 Eq. 3
-    pre-norm    x = x + dropout(F(LN(x)))        003 Eq. 4
+    post-norm   x = LN(x + dropout(F(x)))        Wang et al. 2019, Eq. 3
+    pre-norm    x = x + dropout(F(LN(x)))        Wang et al. 2019, Eq. 4
 """
 
 import torch
@@ -26,14 +26,14 @@ from .modeling_translation import (
 
 class ResidualTransformerConfig(TranslationTransformerConfig):
     r"""
-    The residual Transformer baseline (Vaswani et al.; Wang et al. 003 §2, Eqs. 3-4).
+    The residual Transformer baseline (Vaswani et al.; Wang et al. 2019, §2, Eqs. 3-4).
 
     Args:
         norm_position (`str`, defaults to "post"):
-            "post"  x = LN(x + F(x)) after every sub-layer (003 Eq. 3);
-            "pre"   x = x + F(LN(x)) (003 Eq. 4), with the stack's final LayerNorm on its output.
-            Both end each stack with a LayerNorm, as the skeleton does for every member (SPEC §1); for
-            post-norm that final LayerNorm follows the last sub-layer's own, which 003 Eq. 3 does not have
+            "post"  x = LN(x + F(x)) after every sub-layer (Wang et al. 2019, Eq. 3);
+            "pre"   x = x + F(LN(x)) (Wang et al. 2019, Eq. 4), with the stack's final LayerNorm on its output.
+            Both end each stack with a LayerNorm, as the skeleton does for every member (docs/members.md); for
+            post-norm that final LayerNorm follows the last sub-layer's own, which Wang et al. 2019, Eq. 3 does not have
             (it adds 2 x 2d parameters and an affine map).
     """
 

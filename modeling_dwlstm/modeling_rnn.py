@@ -1,4 +1,4 @@
-"""The depth-wise RNN (Xu et al. 001 Table 2; SPEC §2.4): the depth-wise LSTM without gates or cell.
+"""The depth-wise RNN (Xu et al. 2024, Table 2): the depth-wise LSTM without gates or cell.
 
 Each layer replaces the LSTM step by its hidden computation alone,
 
@@ -6,7 +6,7 @@ Each layer replaces the LSTM step by its hidden computation alone,
 
 with the depth-wise LSTM's hidden modules (`LSTM_HIDDEN_CLASSES`) and its wiring: the encoder's x is
 the self-attention result, the decoder's x merges the masked self-attention result s and the
-cross-attention result, whose query is s + o_{l-1} (SPEC §2.3). Like the depth-wise LSTM there is no
+cross-attention result, whose query is s + o_{l-1} (as in the depth-wise LSTM). Like the depth-wise LSTM there is no
 residual connection and no FFN sub-layer; what carries information up the stack is o only.
 """
 
@@ -33,18 +33,19 @@ from .modeling_translation import (
 
 class DepthWiseRnnConfig(DepthWiseConfig):
     r"""
-    The depth-wise RNN ablation of Xu et al. (001 Table 2; SPEC §2.4): the depth-wise LSTM without
+    The depth-wise RNN ablation of Xu et al. 2024 (Table 2): the depth-wise LSTM without
     gates or cell. Layer l turns its attention result x and the previous layer's output into
 
         o_l = hidden([x ; o_{l-1}])          o_0 = the embedded input
 
     with the depth-wise LSTM's hidden module (`DwLstmConfig`'s field names and variants) and the same
     wiring: encoder x = SelfAttn(o_{l-1}); decoder s = MaskedSelfAttn(o_{l-1}),
-    x' = CrossAttn(s + o_{l-1}, enc), x = merge(s, x') (SPEC §2.3). Defaults reproduce 001 Table 2's
+    x' = CrossAttn(s + o_{l-1}, enc), x = merge(s, x'). Defaults reproduce Xu et al. 2024, Table 2's
     68.67M parameters (6+6 base, glu hidden with d_ff 2048, one hidden module per layer).
 
     Args:
-        lstm_hidden (`str`, defaults to "glu"): "linear" (001 Eq. 5), "ffn" (000 Eq. 8) or "glu" (001 Eq. 6).
+        lstm_hidden (`str`, defaults to "glu"): "linear" (Xu et al. 2024, Eq. 5), "ffn" (Xu et al. 2020, Eq. 8)
+            or "glu" (Xu et al. 2024, Eq. 6).
         lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh").
         share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
         decoder_merge (`str`, defaults to "add"): s + x' ("add") or [s; x'] ("concat", a 3d input).

@@ -3,7 +3,7 @@
 It knows no member. Read top to bottom:
  1. building blocks: positions, embeddings, masks, multi-head attention (SDPA or eager, v5 KV cache);
  2. the layer interface: every layer maps a `LayerState` (output, and a cell for the depth-wise LSTM)
-    to a `LayerState`, so one layer can be swapped for another (000 §4 replaces a single layer by a
+    to a `LayerState`, so one layer can be swapped for another (Xu et al. 2020, §4 replaces a single layer by a
     linear map);
  3. connections across a stack: a *depth connection* forms each layer's input from the earlier layer
     outputs (`PreviousLayer`, DLCL), a *cross-attention source* gives each decoder layer the encoder
@@ -17,7 +17,8 @@ It knows no member. Read top to bottom:
             encoder_layer_class = DepthWiseLstmEncoderLayer
             decoder_layer_class = DepthWiseLstmDecoderLayer
 
-References: SPEC = ../shared/SPEC.md; 000-004 = the papers in ../shared/papers/ (see the README).
+Papers are cited by authors and year; the members, their equations and our choices where the papers are silent
+are described in the repository's docs/members.md.
 """
 
 import math
@@ -523,7 +524,7 @@ class TranslationDecoder(TranslationStack):
 
 
 class TranslationTransformerPreTrainedModel(PreTrainedModel):
-    """Initialisation as in the papers' toolkits (SPEC §1): Xavier-uniform projections with zero
+    """Initialisation as in the papers' toolkits (docs/members.md): Xavier-uniform projections with zero
     biases, embeddings N(0, d_model^-1/2), LayerNorm weight 1 and bias 0. Any other module with
     parameters or buffers to set defines `init_parameters()` (under no_grad, with `transformers.initialization`
     functions, which skip weights loaded from a checkpoint)."""

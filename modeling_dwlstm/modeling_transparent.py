@@ -1,4 +1,4 @@
-"""Transparent attention (Bapna et al. 2018), the TA baseline of 001 Table 6.
+"""Transparent attention (Bapna et al. 2018), the TA baseline of Xu et al. 2024, Table 6.
 
 The residual Transformer (`modeling_residual`, post-norm by default) whose decoder layers each
 cross-attend over their own learned, softmax-weighted combination of all encoder layer outputs:
@@ -26,7 +26,7 @@ from .modeling_translation import LayerCombination
 class TransparentAttentionConfig(ResidualTransformerConfig):
     r"""
     Transparent attention (Bapna et al. 2018, "Training Deeper Neural Machine Translation Models with
-    Transparent Attention"; the TA baseline of 001 Table 6) on the residual layers.
+    Transparent Attention"; the TA baseline of Xu et al. 2024, Table 6) on the residual layers.
 
     Decoder layer i cross-attends over its own softmax-weighted combination of all encoder layer
     outputs instead of the top one only:
@@ -39,8 +39,8 @@ class TransparentAttentionConfig(ResidualTransformerConfig):
 
     Args:
         norm_position (`str`, defaults to "post"): the residual layers' normalisation. Post-norm by
-            default: transparent attention was proposed to train deep post-norm encoders, and 003
-            Table 2 compares it among the post-norm systems.
+            default: transparent attention was proposed to train deep post-norm encoders, and Wang et al.
+            2019 (Table 2) compare it among the post-norm systems.
     """
 
     model_type = "dwlstm-ta"
@@ -97,7 +97,7 @@ BAPNA_2018 = """@inproceedings{bapna2018training,
   year      = {2018}
 }"""
 
-# Bapna et al.'s 16-layer encoder (001 Table 6), beside the 6-layer base.
+# Bapna et al.'s 16-layer encoder (Xu et al. 2024, Table 6), beside the 6-layer base.
 MEMBER = FamilyMember(
     config_class=TransparentAttentionConfig,
     model_class=TransparentAttentionModel,

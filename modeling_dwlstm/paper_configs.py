@@ -1,7 +1,7 @@
-"""The papers' model settings (SPEC §5), as configs: what `hub_configs/` holds.
+"""The papers' model settings (Vaswani et al. 2017; Xu et al. 2024; Wang et al. 2019), as configs: what `hub_configs/` holds.
 
 Base: d_model 512, d_ff 2048, 8 heads, dropout 0.1. Big: d_model 1024, d_ff 4096, 16 heads,
-dropout 0.3 (the papers' En-De setting; use 0.1 elsewhere). Vocabulary: 001's joint BPE of 35,603
+dropout 0.3 (the papers' En-De setting; use 0.1 elsewhere). Vocabulary: Xu et al. 2024's joint BPE of 35,603
 tokens. Depth: L encoder and L decoder layers.
 """
 
@@ -29,7 +29,7 @@ LAYERS = (6, 12, 18, 24)
 HUB_DEPTHS = {preset: depths for member in MEMBERS for preset, depths in member.hub_depths.items()}
 PAPER_VOCAB_SIZE = 35603
 
-# 001 §3.5's multilingual setting (OPUS-100 many-to-many, following Zhang et al. 2020): the 6+6 base model,
+# Xu et al. 2024, §3.5's multilingual setting (OPUS-100 many-to-many, following Zhang et al. 2020): the 6+6 base model,
 # one 64k joint vocabulary, every English-centric direction (99 languages with English, both ways), for the
 # depth-wise LSTM and the residual baseline (pre-norm: our choice; the papers compare with Zhang et al.'s numbers).
 OPUS100_PAIRS = [pair for language in OPUS100_LANGUAGES if language != "en" for pair in (f"en-{language}", f"{language}-en")]

@@ -14,42 +14,29 @@ place and returns it: still a normal `PreTrainedModel`, so `generate()`, `transl
 (bfloat16 alone needs nothing of this module: `pipeline("translation_en_to_de", model="my-model",
 trust_remote_code=True, dtype=torch.bfloat16)` loads the weights in bfloat16.)
 
-What each option does, and why this route:
+What each option does:
 
-- dtype "bfloat16": every parameter and buffer cast to bfloat16 (weights, not `torch.autocast`: in issue
-  14's measurements casting the weights was the faster of the two for every model, e.g. the residual
-  pre-norm model at beam 4 1.61x against 1.21x Marian's float32 speed, and it halves the memory).
-  LayerNorm, softmax and attention then run in bfloat16 too; `generate()` scores beams on float32
-  copies of the logits. It works on every CPU, but only one with native bfloat16 (avx512_bf16, AMX)
-  gains speed; elsewhere it can be slower than float32.
-- quantize "int8": every `nn.Linear` (subclasses included: the fused attention projections, the
-  depth-wise LSTM gates and the output projection) computes in int8 (W8A8, dynamic): weights int8 per
-  output row (symmetric), activations int8 per token with their scales computed at each call, the
-  product accumulated in int32 by `torch._int_mm` (PyTorch's int8 GEMM) and rescaled to the model's dtype.
-  The module stays where it was, with its attributes and methods (a module shared between layers, the
-  gates' `activations`, the forward around it are unchanged): only its class gains `Int8Projection`'s
-  forward and its weight becomes int8. Why not a library: torchao's `Int8DynamicActivationInt8WeightConfig`
-  (this module's route until the second round of issue 14) does the same arithmetic but, on a CPU, its
-  `safe_int_mm` falls back to an int32 `torch.matmul` in eager mode and to a float32 matmul under
-  `torch.compile`, so no int8 kernel ever runs: it decoded at 0.61-0.99x float32 here, while `torch._int_mm`
-  multiplies at about 2x bfloat16's and 4-8x float32's rate on this CPU (experiments/benchmark/int8_gemm.txt),
-  and this route decodes the base depth-wise LSTM at 2.6x float32 greedy and 2.3x at beam 4, 1.2-1.5x bfloat16
-  weights (experiments/benchmark/int8_routes.txt, int8run.md). Keep the model float32 around it: bfloat16 +
-  int8 was slower than int8 alone in every measurement (the casts around each product);
-  `torch.ao.quantization.quantize_dynamic` (fbgemm) is deprecated and looks module types up exactly, so it
-  skips every `nn.Linear` subclass. Standard tools still see every projection: torchao's `quantize_` and
-  PEFT's LoRA reach them all (tests/test_precision.py). On a CPU without VNNI the activations use 7-bit
-  ranges (as torchao's `should_reduce_range` does) so that u8 x s8 pair sums cannot saturate int16.
+- dtype "bfloat16": every parameter and buffer cast to bfloat16 (casting the weights was faster than
+  `torch.autocast` for every model we measured, and it halves the memory). LayerNorm, softmax and attention
+  then run in bfloat16 too; `generate()` scores beams on float32 copies of the logits. Only CPUs with native
+  bfloat16 (avx512_bf16, AMX) gain speed; elsewhere it can be slower than float32 (docs/speed.md).
+- quantize "int8": every `nn.Linear` (subclasses included: the fused attention projections, the depth-wise
+  LSTM gates and the output projection) computes in int8 (W8A8, dynamic): weights int8 per output row
+  (symmetric), activations int8 per token with scales computed at each call, the product accumulated in
+  int32 by `torch._int_mm` and rescaled. The module keeps its place and attributes (a module shared between
+  layers, the gates' `activations`): only its class gains `Int8Projection`'s forward and its weight becomes
+  int8. Why not a library: torchao's dynamic int8 config falls back, on a CPU, to an int32 or float32
+  matmul, so no int8 kernel runs; `torch.ao.quantization.quantize_dynamic` is deprecated and skips every
+  `nn.Linear` subclass. Standard tools still see every projection (torchao's `quantize_`, PEFT's LoRA).
+  On a CPU without VNNI the activations use 7-bit ranges so that u8 x s8 pair sums cannot saturate int16.
   The int8 path is for CPUs; on a GPU use bfloat16.
 - The output projection (`lm_head`, tied to the token embedding) is quantised too unless
-  `quantize_output_projection=False`: it is about a third of a decode step at a 32k vocabulary. The
-  quantised weight replaces `lm_head.weight`, which unties it: the embedding keeps its float weights.
-  Measured on a Multi30k en-de depth-wise LSTM (d 256, 3+3 layers, 300 updates; the first 200
-  test_2016_flickr sentences; sacreBLEU greedy / beam 4): float32 15.77 / 16.17, bfloat16 16.19 / 16.25,
-  int8 without the output projection 15.75 / 16.34, int8 with it 15.69 / 16.46, bfloat16 + int8
-  16.05 / 16.54; teacher-forced argmax agreement with float32 99.8% (bfloat16), 99.4% and 99.0% (int8
-  without / with the output projection), measured with the torchao route (the same arithmetic). Quantising
-  it costs nothing measurable, so it is the default.
+  `quantize_output_projection=False`: it is about a third of a decode step at a 32k vocabulary, and
+  quantising it cost no measurable BLEU. The quantised weight replaces `lm_head.weight`, which unties it:
+  the embedding keeps its float weights.
+
+The measurements behind these choices (speed and BLEU of each route) are in the repository's
+experiments/benchmark/README.md.
 
 A prepared model is for inference: int8 weights take no gradient, and it is not meant to be saved
 (keep the float32 checkpoint and prepare it after loading). Preparing a model twice is refused.
