@@ -1,4 +1,4 @@
-"""Checkpoint averaging (Vaswani et al. §6.1; SPEC §5: the last 5 checkpoints for base, 20 for big).
+"""Checkpoint averaging (Vaswani et al. 2017, §6.1; Xu et al. 2024, §3.1: the last 5 for base, 20 for big).
 
 The average of the last K checkpoints' weights decodes better than the last checkpoint alone. The
 result is a model directory like any `save_pretrained` output: config, generation config, tokenizer and

@@ -15,16 +15,17 @@ CTranslate2 model directory:
 
 Those members are standard Transformers, which CTranslate2's `TransformerSpec` describes: the mapping
 below fills it as its own converters do (`ctranslate2.converters.transformers.BartLoader`, whose Marian
-variant the issue-14 benchmark uses). Ours: fused [q; k; v] and [k; v] projections (CTranslate2's own
+variant the deployment benchmark uses). Ours: fused [q; k; v] and [k; v] projections (CTranslate2's own
 layout), sqrt(d)-scaled embeddings plus the model's position table (sinusoidal or learned, positions from
 0), each sub-layer's LayerNorm before it (pre-norm) or after the residual sum (post-norm), and a final
 LayerNorm on each stack. That last one is where post-norm needs care: CTranslate2's post-norm spec has no
-final LayerNorm, while our post-norm stacks end with one (SPEC §1, see `ResidualTransformerConfig`), so
-the spec is built as a pre-norm one (which has them) and then flagged post-norm; CTranslate2 applies the
-LayerNorm it is given, as `tests/test_ctranslate2_export.py` checks (log-probabilities within 1e-5 and
-greedy outputs equal to `generate()`'s, for both norm positions). Every other member (depth-wise LSTM
-and RNN, DLCL, transparent attention, highway, ReZero) changes what connects the layers, which that spec
-cannot express: they are refused, and their fast path is `precision.prepare_for_inference`.
+final LayerNorm, while our post-norm stacks end with one (our choice, docs/members.md; see
+`ResidualTransformerConfig`), so the spec is built as a pre-norm one (which has them) and then flagged
+post-norm; CTranslate2 applies the LayerNorm it is given, as `tests/test_ctranslate2_export.py` checks
+(log-probabilities within 1e-5 and greedy outputs equal to `generate()`'s, for both norm positions). Every
+other member (depth-wise LSTM and RNN, DLCL, transparent attention, highway, ReZero) changes what connects
+the layers, which that spec cannot express: they are refused, and their fast path is
+`precision.prepare_for_inference`.
 
 The export is float32 unless `quantization` says otherwise; CTranslate2 also converts at load time
 (`compute_type="int8"`), so one float32 export serves every precision.

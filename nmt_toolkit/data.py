@@ -9,9 +9,9 @@
   (the layout of Multi30k: ``train.en.gz``, ``val.de.gz``, ``test_2016_flickr.fr.gz``, ...);
 - a JSON-lines file, one pair per line, either ``{"translation": {"en": ..., "de": ...}}`` or ``{"en": ..., "de": ...}``.
 
-Splits of the papers (SPEC §5) and what the Hub offers: WMT14 En-De / En-Fr train on ``train``, validate
-on newstest2012+2013 and test on newstest2014; the Hub's ``validation`` split is newstest2013 alone and
-its ``test`` split newstest2014. WMT15 Cs-En validates on newstest2013 (the Hub's ``validation`` is
+Splits of the papers (Xu et al. 2020, §5) and what the Hub offers: WMT14 En-De / En-Fr train on ``train``,
+validate on newstest2012+2013 and test on newstest2014; the Hub's ``validation`` split is newstest2013 alone
+and its ``test`` split newstest2014. WMT15 Cs-En validates on newstest2013 (the Hub's ``validation`` is
 newstest2014) and tests on newstest2015 (``test``). Ask for ``"validation"`` to get the Hub's split; for
 the exact papers' validation sets use a local folder.
 
@@ -105,7 +105,7 @@ def tokenize_pairs(
 
     A pair is dropped when either side has more than `max_length` tokens (``</s>`` included); the count
     is logged. `add_language_tag` puts the target-language tag ``<2xx>`` in front of the source, as the
-    multilingual models of 001 §3.5 need (the tokenizer must have the tag as a special token).
+    multilingual models of Xu et al. 2024, §3.5 need (the tokenizer must have the tag as a special token).
     """
     tag = f"<2{target_lang}>"
     has_tag = tag in tokenizer.get_vocab()

@@ -1,4 +1,4 @@
-"""Evaluate translation models as the papers do (SPEC §5): beam search, BLEU, chrF, speed, significance.
+"""Evaluate translation models as the papers do (Xu et al. 2024, §3.1): beam search, BLEU, chrF, speed, significance.
 
 - `translate_sentences` decodes with beam search (beam 4 by default) in batches of sentences of similar
   length, each batch bounded by a number of source tokens (padding included), and returns the
@@ -432,7 +432,7 @@ def group_averages(scores: Mapping[str, Mapping[str, float]], groups: Mapping[st
 
 
 def win_ratio(system: Mapping[str, float], baseline: Mapping[str, float]) -> dict:
-    """Share of the common directions where `system` scores higher than `baseline` (001 Table 7 "WR")."""
+    """Share of the common directions where `system` scores higher than `baseline` (Xu et al. 2024, Table 7, "WR")."""
     common = [direction for direction in system if direction in baseline]
     if not common:
         raise ValueError(f"The baseline has none of the evaluated directions {list(system)}; it has {list(baseline)}.")

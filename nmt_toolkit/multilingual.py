@@ -1,7 +1,7 @@
 """Many-to-many translation with one model: directions, tags, temperature sampling and per-direction scores.
 
-A multilingual model (001 §3.5; Johnson et al. 2017) is an ordinary translation model trained on the pairs
-of many directions at once, with the target language named by a tag ``<2xx>`` in front of every source.
+A multilingual model (Xu et al. 2024, §3.5; Johnson et al. 2017) is an ordinary translation model trained on the
+pairs of many directions at once, with the target language named by a tag ``<2xx>`` in front of every source.
 This module holds what that adds to the bilingual setup:
 
 - `parse_language_pairs`: ``"en-de,de-en"`` or ``"all"`` (every ordered pair of the corpus's languages)
@@ -187,7 +187,8 @@ def balanced_sentences(corpus: datasets.Dataset, temperature: float = 5.0, seed:
 
 
 def temperature_probabilities(sizes: Mapping[str, int], temperature: float) -> dict[str, float]:
-    """p_i = q_i^(1/T) / sum_j q_j^(1/T), q_i = n_i / sum_j n_j (Arivazhagan et al. 2019; 001 §3.5 with T = 5)."""
+    """p_i = q_i^(1/T) / sum_j q_j^(1/T), q_i = n_i / sum_j n_j (Arivazhagan et al. 2019; Xu et al. 2024, §3.5
+    with T = 5)."""
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
         raise ValueError(f"`sampling_temperature` must be a positive number (1 = proportional), got {temperature!r}.")
     if not sizes or any(size < 1 for size in sizes.values()):

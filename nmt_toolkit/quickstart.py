@@ -65,7 +65,7 @@ class QuickstartSettings:
     num_beams: int = 4
     max_new_tokens: int = 40  # the longest German test sentence has about 25 tokens; the untrained model babbles on
     seed: int = 0
-    bf16: bool = False  # train under bfloat16 autocast (issue 14: reaches float32's validation loss, README)
+    bf16: bool = False  # train under bfloat16 autocast (it reaches float32's validation loss, README)
     model: dict = field(default_factory=lambda: dict(QUICKSTART_MODEL))
 
 

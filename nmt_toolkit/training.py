@@ -1,4 +1,5 @@
-"""Train a translation model with `Seq2SeqTrainer`, by the papers' recipe (SPEC §5) unless told otherwise.
+"""Train a translation model with `Seq2SeqTrainer`, by the papers' recipe unless told otherwise (Vaswani et al.
+2017, §5; Xu et al. 2024, §3.1).
 
 `train_translation(model_args, data_args, training_args)` is what `scripts/train_translation.py` runs
 (``HfArgumentParser`` over the three dataclasses below) and what the quickstart calls. It
@@ -21,7 +22,7 @@
 - with ``--bf16``, trains in bfloat16 mixed precision: the forward and backward passes under
   ``torch.autocast(bfloat16)`` (on a CPU too: without an accelerator ``--bf16`` implies ``--use_cpu``),
   weights, gradients and Adam's moments in float32, the cross-entropy in float32; on CPUs with
-  native bfloat16 (avx512_bf16, AMX) the biggest training speed-up there is (issue 14);
+  native bfloat16 (avx512_bf16, AMX) the biggest training speed-up there is;
 - optionally reports validation loss and BLEU (`metrics.translation_compute_metrics`) every `eval_steps`;
 - saves the final model, tokenizer and generation config in `output_dir`, with a checksum manifest.
 
@@ -143,7 +144,8 @@ class DataArguments:
 
 @dataclass
 class TranslationTrainingArguments(Seq2SeqTrainingArguments):
-    """`Seq2SeqTrainingArguments` with the papers' recipe (SPEC §5) as defaults."""
+    """`Seq2SeqTrainingArguments` with the papers' recipe as defaults (Vaswani et al. 2017, §5; Xu et al. 2024,
+    §3.1)."""
 
     learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (Vaswani et al.: d^-0.5 * warmup^-0.5)."})
     adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (papers: 0.98)."})

@@ -1,8 +1,10 @@
-"""Layer non-linearity analysis (SPEC §6; 000 §4, Tables 6-7): BLEU with each layer replaced by an affine map.
+"""Layer non-linearity analysis (Xu et al. 2020, §4, Tables 6-7): BLEU with each layer replaced by an affine map.
 
-    python scripts/analyze_layers.py --model runs/dwlstm/averaged --data ../shared/data/multi30k \
+    python scripts/analyze_layers.py --model runs/dwlstm/averaged --data path/to/multi30k \
         --source_lang en --target_lang de --split test_2016_flickr --train_split train --fit_steps 300 \
         --output_dir runs/dwlstm/layers --threads 1
+
+--data is a local Multi30k folder here (any corpus the training script reads will do).
 
 For every encoder and decoder layer in turn, the layer is replaced by y = W x + b of its input state
 ([o; c] for the depth-wise LSTM), fitted by least squares to the layer's true output on --fit_steps batches
@@ -59,7 +61,7 @@ def main(argv=None):
     results = {"model": args.model, "data": args.data, "split": args.split, "train_split": args.train_split, **results}
     atomic_write_json(output_dir / "layer_nonlinearity.json", results)
     plot_layer_nonlinearity(results, output_dir / "layer_nonlinearity.png", title=f"{Path(args.model).name}: BLEU "
-                            "with one layer replaced by y = W x + b (000 §4)")
+                            "with one layer replaced by y = W x + b (Xu et al. 2020, §4)")
     print(f"{'layer':<12}{'sacreBLEU':>10}{'Δ (%)':>9}{'tok. BLEU':>11}{'Δ (%)':>9}{'unexplained var.':>18}")
     print(f"{'none':<12}{results['full']['sacrebleu']:>10.2f}{0:>9.2f}{results['full']['tokenized_bleu']:>11.2f}{0:>9.2f}")
     for row in results["layers"]:

@@ -30,7 +30,8 @@ def main():
                         help="generation precisions (default float32; float32 is always measured)")
     parser.add_argument("--bf16_training", action="store_true", help="also time training under bf16 autocast (--bf16)")
     parser.add_argument("--ctranslate2", action="store_true", help="CTranslate2 rows: Marian and the residual pre-norm export")
-    parser.add_argument("--depth_pair", action="store_true", help="001 Table 6: 12+12 depth-wise LSTM vs 24+24 residual")
+    parser.add_argument("--depth_pair", action="store_true",
+                        help="Xu et al. 2024, Table 6: 12+12 depth-wise LSTM vs 24+24 residual")
     parser.add_argument("--deployment", action="store_true",
                         help="the deployment run: base size, length 64, every precision, --bf16_training, "
                              "--ctranslate2, --depth_pair, no memory probe")

@@ -1,4 +1,4 @@
-"""Translate a test set with beam search and report BLEU, chrF, speed and significance (SPEC §5).
+"""Translate a test set with beam search and report BLEU, chrF, speed and significance (as in Xu et al. 2024, §3.1).
 
     python scripts/evaluate_translation.py --model runs/base-avg --output_dir runs/base-avg/test \
         --data wmt14 --split test --source_lang en --target_lang de --num_beams 4

@@ -1,7 +1,8 @@
-"""Embedding-layer gradient norm of a deep post-norm residual Transformer vs post-norm DLCL (003 §5.1),
-in a short training run on Multi30k. Prints the norms over the run and writes them as JSON.
+"""Embedding-layer gradient norm of a deep post-norm residual Transformer vs post-norm DLCL (Wang et al. 2019,
+§5.1), in a short training run on Multi30k (--data_dir: a local Multi30k folder). Prints the norms over the run
+and writes them as JSON.
 
-    python scripts/measure_gradient_norms.py --data_dir ../shared/data/multi30k --steps 80
+    python scripts/measure_gradient_norms.py --data_dir path/to/multi30k --steps 80
 """
 
 import argparse

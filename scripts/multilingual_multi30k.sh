@@ -5,6 +5,7 @@
 #
 #   bash scripts/multilingual_multi30k.sh            # everything, two runs side by side (one thread each)
 #   STEPS=100 OUT=runs/m30k-small bash scripts/multilingual_multi30k.sh
+#   DATA=path/to/multi30k bash scripts/multilingual_multi30k.sh   # DATA: a local Multi30k folder
 #
 # Resumable: a finished step is skipped (its final model / results.json exist), a killed training continues
 # from its last checkpoint.

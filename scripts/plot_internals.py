@@ -1,13 +1,13 @@
 """Write and draw a model's gates or layer weights, whichever its model_type has.
 
-    python scripts/plot_internals.py --model runs/dwlstm/averaged --data ../shared/data/multi30k \
+    python scripts/plot_internals.py --model runs/dwlstm/averaged --data path/to/multi30k \
         --source_lang en --target_lang de --split test_2016_flickr --output_dir runs/dwlstm/internals --threads 1
     python scripts/plot_internals.py --model runs/ta/averaged --output_dir runs/ta/internals
 
 - dwlstm: input / forget / output gates per layer (mean, std, 10th and 90th percentiles over the corpus);
 - dwlstm-highway: the SDU transform gate T(X) per layer and sub-layer (over the corpus);
 - dwlstm-ta: the softmax layer-mixing weights of each decoder layer (no corpus needed);
-- dwlstm-dlcl: the weight matrices of both stacks, drawn like 003 Fig. 5 (no corpus needed).
+- dwlstm-dlcl: the weight matrices of both stacks, drawn like Wang et al. 2019, Fig. 5 (no corpus needed).
 
 Writes <name>.json and <name>.png into --output_dir. The work is done by `nmt_toolkit.lab.analysis.model_internals`
 and `nmt_toolkit.lab.plotting_analysis.plot_model_internals`.

@@ -1,10 +1,10 @@
 """Train the joint BPE tokenizer of a translation model on both sides of a parallel corpus.
 
     python scripts/train_tokenizer.py --dataset wmt14 --source_lang en --target_lang de --output_dir tok-wmt14-ende
-    python scripts/train_tokenizer.py --dataset ../shared/data/multi30k --source_lang en --target_lang de \\
+    python scripts/train_tokenizer.py --dataset path/to/multi30k --source_lang en --target_lang de \\
         --merges 8000 --output_dir tok-multi30k
 Multilingual (one BPE over every language, a <2xx> tag reserved per target language):
-    python scripts/train_tokenizer.py --dataset ../shared/data/multi30k --language_pairs en-de,de-en,en-fr,fr-en \\
+    python scripts/train_tokenizer.py --dataset path/to/multi30k --language_pairs en-de,de-en,en-fr,fr-en \\
         --sampling_temperature 5 --merges 8000 --output_dir tok-multi30k-m2m
 
 The result loads with `AutoTokenizer.from_pretrained(output_dir)` and is what `train_translation.py

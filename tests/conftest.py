@@ -70,7 +70,8 @@ CASES.update({
     "residual-pre": (ResidualTransformerConfig, {"norm_position": "pre", "activation_function": "gelu"}),
     "residual-pre-learned-positions": (ResidualTransformerConfig, {"norm_position": "pre", "position_embedding_type": "learned"}),
 })
-# DLCL: each weighting of 003 Table 6 with each norm, with and without the extra LayerNorm; transparent attention.
+# DLCL: each weighting of Wang et al. 2019, Table 6 with each norm, with and without the extra LayerNorm;
+# transparent attention.
 CASES.update({
     f"dlcl-{norm}-{weights}{'' if layer_norm else '-no-ln'}": (
         DlclConfig, {"norm_position": norm, "dlcl_weights": weights, "dlcl_layer_norm": layer_norm}
@@ -83,7 +84,7 @@ CASES.update({
     "ta-pre": (TransparentAttentionConfig, {"norm_position": "pre"}),
 })
 
-# Highway / SDU: every variant (and both SDU gates), gating every layer or only layer 1 (004 Tables 5-6).
+# Highway / SDU: every variant (and both SDU gates), gating every layer or only layer 1 (Chai et al. 2020, Tables 5-6).
 HIGHWAY_VARIANTS = {"sdu-sigmoid": {}, "sdu-tanh": {"sdu_gate": "tanh"}, "highway-gate": {"highway_variant": "highway_gate"},
                     "gated-mhdpa": {"highway_variant": "gated_mhdpa"}}
 CASES.update({
@@ -93,7 +94,8 @@ CASES.update({
     for variant, options in HIGHWAY_VARIANTS.items()
     for layers in (None, 1)
 })
-CASES["highway-sdu-attention-only"] = (HighwayTransformerConfig, {"sdu_ffn": False})  # 004 Table 5's "\\FFN"
+# Chai et al. 2020, Table 5's "\\FFN": gates on the attention sub-layers only.
+CASES["highway-sdu-attention-only"] = (HighwayTransformerConfig, {"sdu_ffn": False})
 # Depth-wise RNN: every combination of its hidden-module options.
 CASES.update({
     f"rnn-{hidden}-{'shared' if share_hidden else 'own'}-hidden-{merge}": (

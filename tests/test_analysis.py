@@ -1,5 +1,5 @@
-"""Looking inside models: the layer non-linearity analysis (000 §4), gate and layer-weight statistics, their
-plots and the two scripts, on tiny models."""
+"""Looking inside models: the layer non-linearity analysis (Xu et al. 2020, §4), gate and layer-weight
+statistics, their plots and the two scripts, on tiny models."""
 
 import json
 import math

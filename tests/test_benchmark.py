@@ -1,5 +1,5 @@
-"""The benchmark library (issues 5 and 14) on a tiny size: its FLOP count, its forced-length generation in
-every precision and in CTranslate2, its report and targets."""
+"""The benchmark library (speed and deployment runs) on a tiny size: its FLOP count, its forced-length
+generation in every precision and in CTranslate2, its report and targets."""
 
 import json
 
@@ -45,7 +45,7 @@ def tiny_size(monkeypatch):
 
 @pytest.mark.parametrize("member, options", [(m, {}) for m in MODELS] + OPTIONS)
 def test_training_flops_match_pytorch_flop_counter(member, options):
-    """SPEC §8: the per-side count is what PyTorch counts for forward + backward (math SDPA, which it sees)."""
+    """The per-side count (docs/speed.md) is what PyTorch counts for forward + backward (math SDPA, which it sees)."""
     torch.manual_seed(0)
     model = build_model(member, "tiny", VOCAB, **options)
     batch = random_batch(3, 7, 5, VOCAB)  # source and target lengths differ: cross-attention K/V run over the source
@@ -89,7 +89,7 @@ def test_benchmark_runs_and_writes_its_report(tmp_path):
         assert row["train"][8]["batch"] == 4 and row["train"][4]["batch"] == 8  # fixed token budget
         assert row["train"][8]["tokens_per_s"] > 0 and row["train"][8]["flops_per_s"] > 0
         assert row["train_peak_memory_bytes"] > 0
-    assert report["targets"] == []  # every issue-14 target needs rows this run did not measure
+    assert report["targets"] == []  # every deployment target needs rows this run did not measure
     table = format_report(report)
     assert "| dwlstm |" in table and "| marian |" in table
     path = tmp_path / "out" / "benchmark.json"
@@ -98,8 +98,8 @@ def test_benchmark_runs_and_writes_its_report(tmp_path):
 
 
 def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_checked(monkeypatch):
-    """Issue 14's rows: every precision, CTranslate2, bf16 training, 001 Table 6's pair; each target's ratio
-    is the quotient of the rows it names."""
+    """The deployment rows: every precision, CTranslate2, bf16 training, the pair of Xu et al. 2024, Table 6;
+    each target's ratio is the quotient of the rows it names."""
     monkeypatch.setitem(benchmark.SIZES, "base", dict(TINY_SIZE, decoder_layers=2))  # the depth pair is at base
     settings = BenchmarkSettings(
         sizes=("tiny",), lengths=(8,), headline_length=8, token_budget=64, generation_batch=2, source_length=5,

@@ -1,4 +1,4 @@
-"""CTranslate2 export of the residual members (issue 14): the engine's float32 output is our model's."""
+"""CTranslate2 export of the residual members: the engine's float32 output is our model's."""
 
 from pathlib import Path
 

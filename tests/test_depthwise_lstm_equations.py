@@ -1,4 +1,4 @@
-"""The depth-wise LSTM against a direct transcription of SPEC §2's equations."""
+"""The depth-wise LSTM against a direct transcription of its equations (Xu et al. 2024, §2.1; docs/members.md)."""
 
 import pytest
 import torch
@@ -17,7 +17,7 @@ def layer_norm(z, weight, bias, eps=1e-5):
 
 
 def spec_hidden(kind, module, c):
-    """h = hidden(c), SPEC §2 variants, written from the equations."""
+    """h = hidden(c), the `lstm_hidden` variants, written from the equations."""
     if kind == "linear":  # h = act(LN(W_h c + b_h))
         return gelu(layer_norm(c @ module.projection.weight.T + module.projection.bias, module.norm.weight, module.norm.bias))
     z = layer_norm(c @ module.fc1.weight.T + module.fc1.bias, module.norm.weight, module.norm.bias)

@@ -1,4 +1,5 @@
-"""The depth-wise RNN (001 Table 2, SPEC §2.4) against its equation and against the depth-wise LSTM."""
+"""The depth-wise RNN (Xu et al. 2024, Table 2; docs/members.md) against its equation and against the
+depth-wise LSTM."""
 
 import pytest
 import torch
@@ -88,7 +89,7 @@ def test_share_hidden_keeps_one_hidden_module_per_stack(share_hidden, distinct):
 
 
 def test_parameters_are_the_depthwise_lstm_minus_its_gates():
-    """001 Table 2: 70.25M (global gates) vs 68.67M, the difference being the one gate module."""
+    """Xu et al. 2024, Table 2: 70.25M (global gates) vs 68.67M, the difference being the one gate module."""
     rnn, lstm = tiny_model("rnn-glu-own-hidden-add"), tiny_model("dwlstm", share_gates="global")
     gates = next(m for m in lstm.modules() if isinstance(m, DepthWiseLstm)).gates
     assert rnn.num_parameters() == lstm.num_parameters() - sum(p.numel() for p in gates.parameters())

@@ -1,4 +1,5 @@
-"""The members that connect layers across a stack: DLCL (003 Eqs. 7-9) and transparent attention (Bapna et al.).
+"""The members that connect layers across a stack: DLCL (Wang et al. 2019, Eqs. 7-9) and transparent
+attention (Bapna et al. 2018).
 
 The per-model checks (gradients, save/load, cache, beams, padding, ...) run for them through
 `CASES` in conftest; this file pins down their equations and their extra API.

@@ -1,5 +1,5 @@
-"""Fused attention projections (issue 5): one matmul for Q/K/V (self) and K/V (cross), initialised as
-separate Xavier matrices would be (SPEC §1), so fusing changes the speed and nothing else."""
+"""Fused attention projections (for speed): one matmul for Q/K/V (self) and K/V (cross), initialised as
+separate Xavier matrices would be (docs/members.md), so fusing changes the speed and nothing else."""
 
 import math
 

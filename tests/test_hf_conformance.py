@@ -1,4 +1,4 @@
-"""The model side of "nothing silent" (issue 13): what transformers users expect of a built-in seq2seq
+"""The model side of "nothing silent": what transformers users expect of a built-in seq2seq
 model (MarianMTModel is the reference), for every family member."""
 
 import pytest

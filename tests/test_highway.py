@@ -1,4 +1,4 @@
-"""The highway Transformer (004) against its equations and against the post-norm residual model."""
+"""The highway Transformer (Chai et al. 2020) against its equations and against the post-norm residual model."""
 
 from pathlib import Path
 
@@ -18,7 +18,7 @@ VARIANTS = ["highway-sdu-sigmoid-all-layers", "highway-sdu-tanh-all-layers", "hi
 
 
 def spec_connection(config, connection, X, FX):
-    """The sub-layer output U written from 004's equations; FX = F(X), the sub-layer's own output."""
+    """The sub-layer output U written from Chai et al. 2020's equations; FX = F(X), the sub-layer's own output."""
     psi = tanh if config.sdu_gate == "tanh" else sigmoid
     T = psi(X @ connection.gate.weight.T + connection.gate.bias)  # Eq. 21 / 26
     f = X @ connection.transform.weight.T + connection.transform.bias  # Eq. 27
@@ -97,8 +97,9 @@ def test_closed_gate_leaves_the_post_norm_residual_model(case):
 @pytest.mark.parametrize("sdu_ffn", [True, False])
 @pytest.mark.parametrize("sdu_layers", [None, 1, 2, 3])
 def test_sdu_layers_gates_exactly_layers_one_to_k(sdu_layers, sdu_ffn):
-    """TINY has 2 encoder and 3 decoder layers; a gated sub-layer costs 2 d (d + 1) parameters (004 §5).
-    Without `sdu_ffn` only the attention sub-layers are gated (004 Table 5's "\\FFN")."""
+    """TINY has 2 encoder and 3 decoder layers; a gated sub-layer costs 2 d (d + 1) parameters (Chai et al.
+    2020, §4.4). Without `sdu_ffn` only the attention sub-layers are gated (Chai et al. 2020, Table 5's
+    "\\FFN")."""
     highway = tiny_model("highway-sdu-sigmoid-all-layers", sdu_layers=sdu_layers, sdu_ffn=sdu_ffn)
     residual = tiny_model("residual-post")
     k = sdu_layers or 3

@@ -1,4 +1,4 @@
-"""The fused label-smoothed cross-entropy (issue 14) is the plain one: loss and gradients, float32 and bf16."""
+"""The fused label-smoothed cross-entropy is the plain one: loss and gradients, float32 and bf16."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""The issue's real-data integration test: Multi30k en->de from its folder, trained, averaged, evaluated.
+"""The real-data integration test: Multi30k en->de from its folder, trained, averaged, evaluated.
 
 One run of the whole path a user takes (README "Multi30k from a local folder"): joint BPE on the
 training pairs, `train_translation` (Seq2SeqTrainer, token-budget batches, the papers' optimiser and

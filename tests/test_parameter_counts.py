@@ -1,4 +1,4 @@
-"""SPEC §4: the papers' parameter counts (001 Tables 2-6), within 0.3%, vocabulary 35,603."""
+"""The papers' parameter counts (Xu et al. 2024, Tables 2-6), within 0.3%, vocabulary 35,603."""
 
 import json
 from pathlib import Path
@@ -34,7 +34,7 @@ ROWS = [
     (None, "dwlstm", 6, {"share_gates": "global", "share_hidden": True}, 44.00),
     ("highway-sdu-base-6l.json", "highway-sdu", 6, {}, 78.13),
     ("depthwise-rnn-base-6l.json", "depthwise-rnn", 6, {}, 68.67),
-    # 001 Table 6 baselines: TA with a 16-layer encoder, DLCL with a 30-layer encoder (6-layer decoders).
+    # Xu et al. 2024, Table 6 baselines: TA with a 16-layer encoder, DLCL with a 30-layer encoder (6-layer decoders).
     ("transparent-attention-base-enc16-dec6.json", "transparent-attention", 16, {"decoder_layers": 6}, 93.87),
     ("dlcl-prenorm-base-enc30-dec6.json", "dlcl-prenorm", 30, {"decoder_layers": 6}, 137.97),
 ]

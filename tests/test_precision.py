@@ -1,4 +1,4 @@
-"""Low precision and standard tools (issue 14): every projection of every member is an nn.Linear that a
+"""Low precision and standard tools: every projection of every member is an nn.Linear that a
 quantiser and a LoRA adapter reach; bfloat16 and int8 models decode like float32 ones; the script options."""
 
 import copy
@@ -167,7 +167,7 @@ LOGIT_BOUND = {("bfloat16", "none"): 0.04, ("float32", "int8"): 0.1, ("bfloat16"
 def test_low_precision_decodes_like_float32(trained, name, dtype, quantize):
     """What is asserted: logits within LOGIT_BOUND, the same teacher-forced argmax at >= 98% of target positions
     (measured >= 99.2%), and >= 26 of 32 greedy translations identical (measured 28-32): a tiny model's
-    margins are narrow, so a few near-ties flip; BLEU on trained Multi30k models is in issue 14's notes."""
+    margins are narrow, so a few near-ties flip; BLEU on trained Multi30k models is in docs/inference.md."""
     tokenizer, models, _, test = trained
     model = models[name]
     sources, references = [english for english, _ in test[:32]], [german for _, german in test[:32]]

@@ -1,4 +1,4 @@
-"""Nothing silent (issue 13): each class of silent wrong result, lost data or unclear error, with its exact outcome."""
+"""Nothing silent: each class of silent wrong result, lost data or unclear error, with its exact outcome."""
 
 import json
 import os

@@ -1,6 +1,6 @@
 """What forcing the output length costs generate(): `min_new_tokens = max_new_tokens` (the benchmark's forcing until
-issue 14's second run) against `benchmark.ForbidEndOfSentence` (EOS's score set to -inf in place), interleaved,
-medians of 3; base, random weights, 32 sources of 20 tokens, 24 new tokens, 2 threads.
+the deployment run's second round) against `benchmark.ForbidEndOfSentence` (EOS's score set to -inf in place),
+interleaved, medians of 3; base, random weights, 32 sources of 20 tokens, 24 new tokens, 2 threads.
 
     PYTHONPATH=. python experiments/benchmark/forced_length_ab.py     # output in forced_length_ab.txt
 """

@@ -1,14 +1,14 @@
 """Look inside trained models: how much each layer's non-linearity is worth, and what the gates do.
 
-1. Layer non-linearity (SPEC §6; 000 §4, Eqs. 11-12, Tables 6-7). One layer at a time, the layer's
+1. Layer non-linearity (Xu et al. 2020, §4, Eqs. 11-12, Tables 6-7). One layer at a time, the layer's
    function y = F(x) is replaced by an affine map y = W_d x + b_d of its input state, fitted with the
    rest of the model frozen; the test set is decoded with beam search and BLEU is compared with the full
    model's. x and y are the state passed between layers: the output o, and for the depth-wise LSTM the
    output and the cell, [o; c]. `layer_nonlinearity` does it for every layer.
 2. Internals of the members that have them, averaged over a corpus (padding left out):
    the depth-wise LSTM's input, forget and output gates per layer (`depthwise_lstm_gate_statistics`),
-   the highway model's SDU transform gate T(X) per layer and sub-layer (`sdu_gate_statistics`, 004 Eq. 22),
-   and, read off the parameters, transparent attention's layer-mixing weights
+   the highway model's SDU transform gate T(X) per layer and sub-layer (`sdu_gate_statistics`; Chai et al.
+   2020, Eq. 21), and, read off the parameters, transparent attention's layer-mixing weights
    (`transparent_attention_weights`); DLCL has `model.dlcl_weight_matrices()`. `model_internals` picks
    what applies to a model from its `model_type`.
 
@@ -73,7 +73,7 @@ def _run_model(model, batch: dict, encoder_only: bool = False):
 
 
 # ---------------------------------------------------------------------------------------------
-# 1. Layer non-linearity (000 §4)
+# 1. Layer non-linearity (Xu et al. 2020, §4)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -83,7 +83,7 @@ def state_features(state) -> torch.Tensor:
 
 
 class AffineLayer(nn.Module):
-    """y = W_d x + b_d (000 Eq. 12) in place of an encoder layer; x, y are `state_features` of the
+    """y = W_d x + b_d (Xu et al. 2020, Eq. 12) in place of an encoder layer; x, y are `state_features` of the
     layer's input and output states. Called like an encoder layer (`TranslationLayer`)."""
 
     def __init__(self, layer: nn.Module, in_features: int, out_features: int, has_cell: bool):
@@ -230,7 +230,7 @@ def fit_affine_layers(model, batches: Iterable[dict], layers: Sequence[tuple[str
 
 
 def relative_change(value: float, reference: float) -> float | None:
-    """100 (value - reference) / reference, the Δ (%) of 000 Tables 6-7; None when the reference is 0."""
+    """100 (value - reference) / reference, the Δ (%) of Xu et al. 2020, Tables 6-7; None when the reference is 0."""
     return round(100.0 * (value - reference) / reference, 2) if reference else None
 
 
@@ -246,8 +246,8 @@ def layer_nonlinearity(
     target_lang: str | None = None,
     **generate_kwargs,
 ) -> dict:
-    """000 §4 for every layer: fit its affine replacement on `fit_steps` batches of `batch_size` training
-    pairs (`fit_affine_layers`; the pairs are cycled when there are fewer), then decode `test_pairs`'
+    """Xu et al. 2020, §4 for every layer: fit its affine replacement on `fit_steps` batches of `batch_size`
+    training pairs (`fit_affine_layers`; the pairs are cycled when there are fewer), then decode `test_pairs`'
     sources with beam search (`evaluation.translate_sentences`) with that layer replaced, and score them.
 
     Returns {"fit": settings, "full": scores of the model as it is, "layers": one row per layer with
@@ -343,8 +343,8 @@ def depthwise_lstm_steps(model) -> list[tuple[str, int, str, nn.Module]]:
 
 
 def depthwise_lstm_gate_statistics(model, batches: Iterable[dict]) -> dict:
-    """Input, forget and output gates i, f, g = sigmoid(LN(W c + b)) (SPEC §2) of every depth-wise LSTM step,
-    over the real positions of `batches` (see `tokenized_batches`; teacher forcing).
+    """Input, forget and output gates i, f, g = sigmoid(LN(W c + b)) (Xu et al. 2024, Eqs. 2-4) of every
+    depth-wise LSTM step, over the real positions of `batches` (see `tokenized_batches`; teacher forcing).
 
     Gate modules may be shared across layers (`share_gates`): a shared module is called once per step, so
     each step's forward pre-hook names the step that the next gate call belongs to.
@@ -385,8 +385,8 @@ def sdu_connections(model) -> list[tuple[str, int, str, nn.Module]]:
 
 
 def sdu_gate_statistics(model, batches: Iterable[dict]) -> dict:
-    """The highway model's transform gate T(X) = Psi(X W_1 + b_1) (004 Eq. 22; sigmoid or tanh) of every gated
-    sub-layer connection, over the real positions of `batches` (teacher forcing).
+    """The highway model's transform gate T(X) = Psi(X W_1 + b_1) (Chai et al. 2020, Eq. 21; sigmoid or tanh)
+    of every gated sub-layer connection, over the real positions of `batches` (teacher forcing).
 
     Each connection's `transform_gate` is wrapped for the run (an instance attribute over the method,
     removed after). Returns {"encoder": rows, "decoder": rows}, a row per gated sub-layer in layer order:

@@ -1,4 +1,4 @@
-"""Speed of every family member against Hugging Face's `MarianMTModel` (issue 5; SPEC §8).
+"""Speed of every family member against Hugging Face's `MarianMTModel` (the method: docs/speed.md).
 
 Measured side by side in one process, because the machines are shared and noisy: models are
 interleaved within each repetition (rotating the order) and every number is a median.
@@ -12,7 +12,7 @@ interleaved within each repetition (rotating the order) and every number is a me
   matmul peak of the machine (`matmul_peak_flops`); on a GPU this ratio is the MFU.
 
 Models are randomly initialised at the papers' sizes (`SIZES`), with one tied vocabulary. On a GPU
-everything runs under bf16 autocast; on a CPU in fp32 with `threads` threads, and (issue 14) also:
+everything runs under bf16 autocast; on a CPU in fp32 with `threads` threads, and for deployment also:
 
 - generation in every precision of `precisions` (`PRECISIONS`: bfloat16 weights, int8, both;
   `precision.prepare_for_inference`, the path users run);
@@ -20,10 +20,10 @@ everything runs under bf16 autocast; on a CPU in fp32 with `threads` threads, an
 - CTranslate2 (`ctranslate2`), the engine users deploy with: Marian converted by CTranslate2's own Marian
   loader, and the residual pre-norm member through our export, in float32 and int8 (the anchor row), run
   in a child process (`EngineProcess`) and interleaved with the rest;
-- 001 Table 6's efficiency claim (`depth_pair`): the 12+12 depth-wise LSTM against the 24+24 residual
-  pre-norm model at base size, decoding in each precision.
+- Xu et al. 2024's efficiency claim (Table 6; `depth_pair`): the 12+12 depth-wise LSTM against the 24+24
+  residual pre-norm model at base size, decoding in each precision.
 
-`TARGETS` are issue 14's, checked at the largest measured size.
+`TARGETS` are the deployment run's speed targets, checked at the largest measured size.
 """
 
 import copy
@@ -78,11 +78,12 @@ PRECISIONS = {"float32": ("float32", "none"), "bfloat16": ("bfloat16", "none"), 
               "bfloat16+int8": ("bfloat16", "int8")}
 ENGINE_PRECISIONS = ("float32", "int8")  # CTranslate2 compute types (it refuses bfloat16 on a CPU without AMX)
 ENGINE_MEMBERS = (MARIAN, "residual-prenorm")  # what CTranslate2 can run: Marian, and our export of the baselines
-# 001 Table 6: the 12-layer depth-wise LSTM decodes as well as, and 1.65x faster than, the 24-layer residual model.
+# Xu et al. 2024, Table 6: the 12-layer depth-wise LSTM decodes as well as, and 1.65x faster than, the 24-layer
+# residual model.
 DEPTH_PAIR = {"dwlstm": dict(encoder_layers=12, decoder_layers=12),
               "residual-prenorm": dict(encoder_layers=24, decoder_layers=24)}
 
-# Issue 14's targets, each (name, kind, options, minimum ratio); see `check_targets`.
+# The deployment run's targets, each (name, kind, options, minimum ratio); see `check_targets`.
 TARGETS = [
     ("residual pre-norm, fastest CPU path vs CTranslate2 int8 Marian", "fastest_vs_engine",
      dict(member="residual-prenorm", minimums={"beam4": 0.9, "greedy": 1.0})),
@@ -276,7 +277,7 @@ def translate_forced(translator, source_tokens: list[list[str]], num_beams: int,
 
 
 # ---------------------------------------------------------------------------------------------
-# FLOPs (SPEC §8)
+# FLOPs (the per-side count of docs/speed.md)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -333,7 +334,7 @@ def stack_costs(layers) -> dict:
 
 
 def training_flops(model: nn.Module, batch: int, source_length: int, target_length: int) -> int:
-    """FLOPs of one training step (forward + backward), counted per side (SPEC §8):
+    """FLOPs of one training step (forward + backward), counted per side (docs/speed.md):
     6 x (encoder matmul weights x source tokens + (decoder weights + output projection) x target tokens),
     cross-attention keys/values over source tokens, plus attention's score and value products,
     4 x Tq x Tk x d forward per attention module, tripled for the backward pass.
@@ -601,8 +602,9 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
 
 
 def benchmark_depth_pair(settings: BenchmarkSettings, log=print) -> dict:
-    """001 Table 6's comparison at base size (DEPTH_PAIR): decoding speed of the 12+12 depth-wise LSTM and
-    the 24+24 residual pre-norm model in every precision, interleaved. {model: {precision: rates}}."""
+    """The comparison of Xu et al. 2024, Table 6 at base size (DEPTH_PAIR): decoding speed of the 12+12
+    depth-wise LSTM and the 24+24 residual pre-norm model in every precision, interleaved.
+    {model: {precision: rates}}."""
     models = {}
     for member, layers in DEPTH_PAIR.items():
         torch.manual_seed(0)
@@ -643,8 +645,8 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
             report["engines"][size] = engines
     if settings.depth_pair:
         report["depth_pair"] = benchmark_depth_pair(settings, log)
-    # One measurement can come out low (issue 14's run: 159 GFLOP/s against 198 minutes earlier), which would
-    # overstate every share of the peak: measure again at the end and keep the best.
+    # One measurement can come out low (in one deployment run: 159 GFLOP/s against 198 minutes earlier), which
+    # would overstate every share of the peak: measure again at the end and keep the best.
     measurements = report["machine"]["matmul_peak_measurements"]
     measurements.append(matmul_peak_flops(settings.device, dtype, settings.peak_matmul_size))
     report["machine"]["matmul_peak_flops_per_s"] = max(measurements)
@@ -659,8 +661,8 @@ def fastest_path(rates: dict, task: str) -> tuple[str, float]:
 
 
 def check_targets(report: dict, settings: BenchmarkSettings) -> list[dict]:
-    """Issue 14's TARGETS at the largest measured size, each ratio with the paths it compares and whether it
-    is met (minimum None: reported beside a target, not a target). Targets whose rows were not measured
+    """The deployment run's `TARGETS` at the largest measured size, each ratio with the paths it compares and
+    whether it is met (minimum None: reported beside a target, not a target). Targets whose rows were not measured
     are left out."""
     size = "base" if "base" in report["sizes"] else settings.sizes[-1]
     rows, engines = report["sizes"][size], report["engines"].get(size, {})
@@ -736,7 +738,7 @@ def format_report(report: dict) -> str:
             lines += ["", f"Generation at {size}, sentences/s (and x Marian float32) by precision:", ""]
             lines += generation_table(generation, rows.get(MARIAN, {}).get("generation", {}).get("float32"))
     if report.get("depth_pair"):
-        lines += ["", "001 Table 6's pair at base, decoding sentences/s by precision:", ""]
+        lines += ["", "Xu et al. 2024, Table 6's pair at base, decoding sentences/s by precision:", ""]
         lines += generation_table({name: row["generation"] for name, row in report["depth_pair"].items()}, None)
     if report.get("targets"):
         lines += ["", "| target | ratio | needed | compared | |", "|---|---|---|---|---|"]

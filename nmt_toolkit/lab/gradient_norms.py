@@ -1,6 +1,6 @@
 """How much gradient reaches the bottom of a deep encoder during training.
 
-Wang et al. (003 §5.1) report that a 20-layer post-norm Transformer fails to train because "the
+Wang et al. (2019, §5.1) report that a 20-layer post-norm Transformer fails to train because "the
 gradient norm in the low layers (e.g. embedding layer) approaches 0", and that DLCL fixes it.
 `embedding_gradient_norms` trains a model for a few steps and records, after every backward pass, the
 L2 norm of the loss gradient arriving at the encoder's embedding layer (w.r.t. its output, the scaled

@@ -1,5 +1,5 @@
-"""Pictures of `analysis` results: per-layer BLEU without each layer's non-linearity (000 Tables 6-7), the
-depth-wise LSTM's gates, the highway model's SDU gates and transparent attention's layer weights.
+"""Pictures of `analysis` results: per-layer BLEU without each layer's non-linearity (Xu et al. 2020, Tables
+6-7), the depth-wise LSTM's gates, the highway model's SDU gates and transparent attention's layer weights.
 
 Each function takes the plain data an `analysis` function returns, writes a PNG and returns the matplotlib
 Figure (already saved and closed, so nothing stays open; its axes can still be read). Needs matplotlib
@@ -20,8 +20,8 @@ SUBLAYER_COLOURS = {"self_attn": "#4c72b0", "cross_attn": "#dd8452", "ffn": "#55
 
 
 def plot_layer_nonlinearity(results: Mapping, path: str | Path, metric: str = "sacrebleu", title: str = ""):
-    """000 Tables 6-7 as bars: top row BLEU with each layer replaced by its affine map (the full model's
-    BLEU dashed), bottom row its relative change Δ (%); encoder layers left, decoder layers right.
+    """Xu et al. 2020, Tables 6-7 as bars: top row BLEU with each layer replaced by its affine map (the full
+    model's BLEU dashed), bottom row its relative change Δ (%); encoder layers left, decoder layers right.
     `results` is what `analysis.layer_nonlinearity` returns; `metric` "sacrebleu" or "tokenized_bleu"."""
     plt = _pyplot()
     figure, axes = plt.subplots(2, 2, figsize=(10, 6.5), sharey="row", squeeze=False)
@@ -47,7 +47,7 @@ def plot_layer_nonlinearity(results: Mapping, path: str | Path, metric: str = "s
         for axis in axes[:, column]:
             axis.set_xticks(positions, labels)
             axis.grid(axis="y", alpha=0.3)
-    figure.suptitle(title or "BLEU with one layer's non-linearity removed (000 §4)")
+    figure.suptitle(title or "BLEU with one layer's non-linearity removed (Xu et al. 2020, §4)")
     _save(figure, path)
     return figure
 
@@ -89,7 +89,7 @@ def plot_sdu_gates(statistics: Mapping[str, Sequence[Mapping]], path: str | Path
     handles = {name: handles[name] for name in SUBLAYER_COLOURS if name in handles}  # in layer order
     axes[0][-1].legend(handles.values(), handles.keys(), title="sub-layer", fontsize=8, loc="upper left",
                        bbox_to_anchor=(1.01, 1))
-    figure.suptitle(title or "SDU transform gates over the corpus (004 Eq. 22)")
+    figure.suptitle(title or "SDU transform gates over the corpus (Chai et al. 2020, Eq. 21)")
     _save(figure, path)
     return figure
 
