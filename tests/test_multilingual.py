@@ -424,7 +424,7 @@ def test_model_card_lists_languages_and_per_direction_results(saved_model, tmp_p
 
 
 @pytest.mark.parametrize("name, model_type", [("dwlstm-opus100", "dwlstm"), ("residual-prenorm-opus100", "dwlstm-residual")])
-def test_hub_configs_hold_the_opus100_setting_of_001(name, model_type):
+def test_hub_configs_hold_the_opus100_setting_of_xu_et_al_2024(name, model_type):
     """Xu et al. 2024, §3.5 / Zhang et al. 2020: 6+6 base, a 64k vocabulary, both directions of every English pair."""
     from pathlib import Path
 

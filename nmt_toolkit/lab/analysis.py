@@ -99,8 +99,8 @@ class AffineLayer(nn.Module):
         output, cell = features.chunk(2, dim=-1)  # (B, T, d) each
         return LayerState(output=output, cell=cell)
 
-    def forward(self, output, cell=None, *, attention_mask=None, output_attentions=False):
-        return LayerOutput(*self.map_state(LayerState(output, cell)))
+    def forward(self, hidden_states, cell=None, *, attention_mask=None, output_attentions=False):
+        return LayerOutput(*self.map_state(LayerState(hidden_states, cell)))
 
 
 class AffineDecoderLayer(AffineLayer):
@@ -113,12 +113,12 @@ class AffineDecoderLayer(AffineLayer):
         super().__init__(layer, in_features, out_features, has_cell)
         self.layer_idx = layer_idx
 
-    def forward(self, output, cell=None, encoder_hidden_states=None, *, attention_mask=None,
+    def forward(self, hidden_states, cell=None, encoder_hidden_states=None, *, attention_mask=None,
                 encoder_attention_mask=None, past_key_values=None, output_attentions=False):
         if past_key_values is not None:
-            placeholder = output.new_zeros(output.shape[0], 1, output.shape[1], 1)  # (B, 1, T, 1)
+            placeholder = hidden_states.new_zeros(hidden_states.shape[0], 1, hidden_states.shape[1], 1)  # (B, 1, T, 1)
             past_key_values.self_attention_cache.update(placeholder, placeholder, self.layer_idx)
-        return LayerOutput(*self.map_state(LayerState(output, cell)))
+        return LayerOutput(*self.map_state(LayerState(hidden_states, cell)))
 
 
 @contextlib.contextmanager
