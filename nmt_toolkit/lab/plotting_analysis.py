@@ -170,3 +170,33 @@ __all__ = [
     "plot_transparent_attention_weights",
     "plot_model_internals",
 ]
+
+
+def plot_depth_diagnosis(traces: Mapping[str, Sequence[Mapping]], path: str | Path, title: str = ""):
+    """What reaches each layer during training, one line per (model, recorded step), layers along the x axis
+    (encoder then decoder): the gradient arriving at each layer's output (log scale), each layer's output RMS,
+    and, for models with a depth-wise LSTM, the forget gate and the embedding's share of the cell.
+    `traces` is {model name: what `depth_diagnosis.trace_training` returned}."""
+    plt = _pyplot()
+    panels = [("output_gradient_norm", "gradient norm at the layer output", True), ("output_rms", "layer output RMS", False),
+              ("forget", "mean forget gate", False), ("embedding_share", "embedding share of the cell (prod f)", True)]
+    panels = [panel for panel in panels if any(panel[0] in row for trace in traces.values() for record in trace
+                                               for stack in STACK_NAMES for row in record[stack])]
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2), squeeze=False)
+    styles = ["-", "--", ":", "-."]
+    for axis, (key, label, logarithmic) in zip(axes[0], panels):
+        for colour, (name, trace) in enumerate(traces.items()):
+            shown = [trace[0], trace[len(trace) // 2], trace[-1]] if len(trace) > 2 else list(trace)
+            for style, record in zip(styles, shown):
+                encoder, decoder = record["encoder"], record["decoder"]
+                for offset, rows in ((0, encoder), (len(encoder), decoder)):  # two segments: the stacks are not a chain
+                    axis.plot(range(offset + 1, offset + len(rows) + 1), [row.get(key, float("nan")) for row in rows],
+                              style, color=f"C{colour}", label=f"{name}, step {record['step']}" if offset == 0 else None)
+            boundary = len(trace[0]["encoder"]) + 0.5
+        axis.axvline(boundary, color="grey", linewidth=0.8)
+        axis.set(xlabel="layer (encoder | decoder)", ylabel=label, yscale="log" if logarithmic else "linear")
+        axis.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    figure.suptitle(title or "What reaches each layer during training")
+    _save(figure, path)
+    return figure
