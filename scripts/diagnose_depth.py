@@ -30,6 +30,7 @@ def main(argv=None):
     parser.add_argument("--data", required=True, help="Training corpus: a folder of {split}.{lang}[.gz], ...")
     parser.add_argument("--source_lang", default="en")
     parser.add_argument("--target_lang", default="de")
+    parser.add_argument("--max_pairs", type=int, default=None, help="Use only the first N training pairs.")
     parser.add_argument("--tokenizer", required=True, help="A saved tokenizer folder.")
     parser.add_argument("--configs", nargs="+", required=True, help="Config JSON files (e.g. hub_configs/...).")
     parser.add_argument("--names", nargs="+", default=None, help="One name per config (default: the file names).")
@@ -52,7 +53,8 @@ def main(argv=None):
     set_threads(args.threads)
     output_dir = prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before any work
     tokenizer = load_saved_tokenizer(args.tokenizer, "--tokenizer")
-    corpus = load_parallel_corpus(args.data, args.source_lang, args.target_lang, "train")["translation"]
+    corpus = load_parallel_corpus(args.data, args.source_lang, args.target_lang, "train",
+                                  max_pairs=args.max_pairs)["translation"]
     pairs = [(pair[args.source_lang], pair[args.target_lang]) for pair in corpus]
     batches = token_batches(tokenizer, pairs, args.max_tokens, args.steps, seed=args.seed)
     size = dict(d_model=args.d_model, ffn_dim=args.ffn_dim, encoder_attention_heads=args.heads,
