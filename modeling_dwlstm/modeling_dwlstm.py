@@ -375,9 +375,9 @@ XU_2020 = """@article{xu2020transformer,
   journal = {arXiv preprint arXiv:2007.06257},
   year    = {2020}
 }"""
-XU_REWIRING = """@inproceedings{xu2024rewiring,
+XU_2024 = """@inproceedings{xu2024rewiring,
   title     = {Rewiring the Transformer with Depth-Wise {LSTM}s},
-  author    = {Xu, Hongfei and others},
+  author    = {Xu, Hongfei and Song, Yang and Liu, Qiuhui and van Genabith, Josef and Xiong, Deyi},
   booktitle = {Proceedings of the 2024 Joint International Conference on Computational Linguistics,
                Language Resources and Evaluation (LREC-COLING 2024)},
   year      = {2024}
@@ -389,7 +389,7 @@ MEMBER = FamilyMember(
     model_class=DwLstmModel,
     generation_class=DwLstmForConditionalGeneration,
     name="Transformer with depth-wise LSTMs (Xu et al.)",
-    citations=(XU_REWIRING, XU_2020),
+    citations=(XU_2024, XU_2020),
     card_fields=("lstm_hidden", "lstm_activation", "share_gates", "share_hidden", "decoder_merge"),
     presets={"dwlstm": {}},
 )
