@@ -17,7 +17,7 @@ from .configuration_translation import FamilyMember
 from .modeling_dwlstm import (
     LSTM_HIDDEN_CLASSES,
     XU_2020,
-    XU_REWIRING,
+    XU_2024,
     DepthWiseConfig,
     DepthWiseLstmDecoderLayer,
     DepthWiseLstmEncoderLayer,
@@ -104,7 +104,7 @@ MEMBER = FamilyMember(
     model_class=DepthWiseRnnModel,
     generation_class=DepthWiseRnnForConditionalGeneration,
     name="depth-wise RNN Transformer (Xu et al., the depth-wise LSTM without gates or cell)",
-    citations=(XU_REWIRING, XU_2020),
+    citations=(XU_2024, XU_2020),
     card_fields=("lstm_hidden", "lstm_activation", "share_hidden", "decoder_merge"),
     presets={"depthwise-rnn": {}},
 )
