@@ -34,7 +34,7 @@ import datasets
 
 from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
 
-from .files import strip_line_end
+from .files import BYTE_ORDER_MARK, check_line_ends, strip_line_end
 
 logger = logging.getLogger(__name__)
 
@@ -195,16 +195,18 @@ def corpus_sentences(corpora: Sequence[datasets.Dataset], languages: Sequence[st
 
 
 def _read_folder(folder: Path, split: str, languages: tuple[str, str], max_pairs: int | None) -> list[dict]:
+    """The first `max_pairs` pairs (all by default). Both files are read to the end even then: a file with a line
+    too many or too few is misaligned from some line on, perhaps from the first, and must not be used."""
     source_path, target_path = (_text_file(folder, split, language) for language in languages)
     pairs = []
     source_lines, target_lines = _numbered_lines(source_path), _numbered_lines(target_path)
     for (number, source_text), (_, target_text) in _aligned(source_lines, target_lines, source_path, target_path):
+        if len(pairs) == max_pairs:
+            continue  # only counting now
         for path, text in ((source_path, source_text), (target_path, target_text)):
             if not text.strip():
                 raise ValueError(f"{path}, line {number}: the sentence is empty. Remove the pair from both files.")
         pairs.append({languages[0]: source_text, languages[1]: target_text})
-        if len(pairs) == max_pairs:
-            break
     if not pairs:
         raise ValueError(f"{source_path} and {target_path} hold no sentence pairs.")
     return pairs
@@ -227,17 +229,23 @@ def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number from 1, text without the newline); unreadable files raise a ValueError naming the line.
 
     Lines are decoded one by one (not by a buffered text reader) so that a decoding error names its own line.
+    A UTF-8 byte-order mark (Windows editors) is not part of the first line. A file whose lines end in lone
+    carriage returns (old Mac style) is refused when read to its end (`check_line_ends`): it would be one line.
     """
-    number = 0
+    number, line_ends, lone_returns = 0, 0, 0
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as lines:
             for number, line in enumerate(lines, start=1):
-                yield number, strip_line_end(line.decode("utf-8"))  # the one rule: see files.py
+                line_ends += line.endswith(b"\n")
+                lone_returns += line.count(b"\r") - line.endswith(b"\r\n")
+                text = strip_line_end(line.decode("utf-8"))  # the one rule: see files.py
+                yield number, text.removeprefix(BYTE_ORDER_MARK) if number == 1 else text
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}, line {number}: not valid UTF-8 ({error.reason}).") from error
     except (OSError, EOFError) as error:  # permissions, a truncated or non-gzip .gz file
         raise ValueError(f"{path}: cannot be read after line {number} ({error}).") from error
+    check_line_ends(path, line_ends, lone_returns)
 
 
 def _aligned(source_lines, target_lines, source_path: Path, target_path: Path):

@@ -43,12 +43,28 @@ def split_lines(text: str) -> list[str]:
     return [strip_line_end(line) for line in text.removesuffix("\n").split("\n")]
 
 
+BYTE_ORDER_MARK = "\ufeff"  # some Windows editors start UTF-8 files with it; it is no part of the first sentence
+
+
 def read_lines(path: str | os.PathLike) -> list[str]:
-    """The lines of a UTF-8 text file by `split_lines`; an unreadable file gives a ValueError naming it."""
+    """The lines of a UTF-8 text file by `split_lines`, without a byte-order mark; an unreadable file, or one whose
+    lines end in lone carriage returns, gives a ValueError naming it."""
     try:
-        return split_lines(Path(path).read_bytes().decode("utf-8"))
+        text = Path(path).read_bytes().decode("utf-8").removeprefix(BYTE_ORDER_MARK)
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"Cannot read the text file {path}: {error}") from error
+    check_line_ends(path, text.count("\n"), text.count("\r") - text.count("\r\n"))
+    return split_lines(text)
+
+
+def check_line_ends(path, line_ends: int, lone_returns: int) -> None:
+    """Refuse a file with more lone carriage returns than line ends: its lines end in ``\\r`` (old Mac style),
+    and by the one rule (``\\n`` only) it would be read as one long sentence. A few ``\\r`` inside sentences
+    stay allowed."""
+    if lone_returns > max(line_ends, 1):  # one lone \r: one line either way
+        raise ValueError(f"{path}: its lines end in lone carriage returns (\\r, {lone_returns} of them, and "
+                         f"{line_ends} \\n): it would be read as one sentence. Convert it to \\n line ends, e.g. "
+                         "tr '\\r' '\\n' < old > new.")
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
@@ -195,6 +211,8 @@ def check_local_or_hub(name: str | os.PathLike, what: str) -> None:
 
 __all__ = [
     "CHECKSUMS_NAME",
+    "BYTE_ORDER_MARK",
+    "check_line_ends",
     "split_lines",
     "strip_line_end",
     "read_lines",
