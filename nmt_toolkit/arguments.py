@@ -22,10 +22,12 @@ def check_positive_int(value, flag: str, allow_none: bool = False) -> None:
         raise ValueError(f"{flag} must be a positive integer, got {value!r}.")
 
 
-def check_finite_number(value, flag: str, minimum: float | None = None) -> None:
-    """Refuse NaN, infinities, non-numbers and (with `minimum`) values below `minimum`."""
+def check_finite_number(value, flag: str, minimum: float | None = None, positive: bool = False) -> None:
+    """Refuse NaN, infinities, non-numbers and values below `minimum` (or not above 0, with `positive`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{flag} must be a finite number, got {value!r}.")
+    if positive and value <= 0:
+        raise ValueError(f"{flag} must be a positive number, got {value!r}.")
     if minimum is not None and value < minimum:
         raise ValueError(f"{flag} must be at least {minimum}, got {value!r}.")
 

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import datasets
+import pyarrow.compute as pc
 
 from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
 
@@ -145,6 +146,46 @@ def filter_long_pairs(dataset: datasets.Dataset, max_length: int | None = 256, n
     if len(kept) == 0:
         raise ValueError(f"Every one of the {len(dataset)} pairs is longer than `max_length`={max_length} tokens.")
     return kept
+
+
+UNKNOWN_SHARE_LIMIT = 0.01  # more <unk> tokens than this in a language: the tokenizer was made for other text
+
+
+def check_unknown_tokens(dataset: datasets.Dataset, tokenizer, limit: float = UNKNOWN_SHARE_LIMIT,
+                         languages: tuple[str | None, str | None] = (None, None), flag: str = "max_unknown_share"):
+    """Refuse tokenized pairs where more than `limit` of a language's tokens are `<unk>`; warn about fewer.
+
+    A tokenizer trained on other text (or a corpus in another script) turns whole words into `<unk>`: the model
+    then learns to write `<unk>`, silently. Each side is checked per direction (the ``direction`` column of a
+    multilingual dataset, else `languages`).
+    """
+    unknown_id = tokenizer.unk_token_id
+    if unknown_id is None or len(dataset) == 0:
+        return
+    table = dataset.with_format("arrow")[:]
+    if "direction" in table.column_names:
+        groups = {name: table.filter(pc.equal(table["direction"], name)) for name in pc.unique(table["direction"])
+                  .to_pylist()}
+    else:
+        groups = {"-".join(code or "?" for code in languages): table}
+    for direction, rows in groups.items():
+        for column, language in zip(("input_ids", "labels"), direction.split("-")):
+            tokens = pc.list_flatten(rows[column])
+            unknown = pc.sum(pc.equal(tokens, unknown_id)).as_py() or 0
+            _report_unknown(unknown, len(tokens), language, direction, limit, flag)
+
+
+def _report_unknown(unknown: int, total: int, language: str, direction: str, limit: float, flag: str) -> None:
+    if not unknown:
+        return
+    side = "source" if direction.startswith(f"{language}-") else "target"
+    share = unknown / total
+    found = (f"{share:.1%} of the {language} ({side}) tokens of the {direction} training pairs are <unk> "
+             f"({unknown:,} of {total:,})")
+    if share > limit:
+        raise ValueError(f"{found}: the tokenizer cannot spell this language (it was trained on other text). Train "
+                         f"a tokenizer on this corpus (scripts/train_tokenizer.py), or pass {flag} 1 to train anyway.")
+    logger.warning("%s: the model learns to write <unk> where the tokenizer lacks characters.", found)
 
 
 def train_corpus_tokenizer(
@@ -336,5 +377,5 @@ def _load_hub_corpus(name: str, languages: tuple[str, str], split: str, max_pair
                     len(dataset), repository, config, split)
     return kept
 
-__all__ = ["load_parallel_corpus", "tokenize_pairs", "filter_long_pairs", "pairs_to_dataset", "hub_corpus_location",
+__all__ = ["load_parallel_corpus", "tokenize_pairs", "check_unknown_tokens", "filter_long_pairs", "pairs_to_dataset", "hub_corpus_location",
            "train_corpus_tokenizer", "train_sentence_tokenizer", "corpus_sentences"]
