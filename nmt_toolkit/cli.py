@@ -79,9 +79,9 @@ def add_run_arguments(parser: argparse.ArgumentParser):
 def _device(name: str) -> str:
     """argparse `type=` for --device (see `arguments.check_device`)."""
     try:
-        return check_device(name, flag="")
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error).strip()) from None
+        return check_device(name)
+    except ValueError as error:  # argparse names the flag itself
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--device ")) from None
 
 
 def _close_progress_bars():

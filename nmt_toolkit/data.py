@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
 
-from .files import BYTE_ORDER_MARK, check_line_ends, strip_line_end
+from .files import BYTE_ORDER_MARK, check_line_ends, looks_like_hub_id, strip_line_end
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +83,16 @@ def load_parallel_corpus(
     elif path.is_file() or str(source).endswith(JSON_LINES_SUFFIXES):
         pairs = _read_json_lines(path, languages, max_pairs)
     else:
+        _check_hub_name(str(source))
         return _load_hub_corpus(str(source), languages, split, max_pairs, hub_config)
     return pairs_to_dataset(pairs, languages)
+
+
+def _check_hub_name(name: str) -> None:
+    """Refuse a name shaped like a local path ("data/multi30k/en", "./m30k") that does not exist, before
+    `datasets` asks the Hub for it (which can take a minute to fail)."""
+    if ("/" in name or name.startswith((".", "~"))) and not looks_like_hub_id(name):
+        raise ValueError(f"{name}: no such folder or file (a Hub dataset id looks like 'user/name'). Check the path.")
 
 
 def pairs_to_dataset(pairs: list[dict[str, str]], languages: tuple[str, str]) -> datasets.Dataset:

@@ -204,9 +204,32 @@ def check_local_or_hub(name: str | os.PathLike, what: str) -> None:
     (a typo in a path would otherwise become a Hub lookup, which can take a minute to time out)."""
     if Path(name).is_file():
         raise ValueError(f"{what} {name} is a file; give the folder that holds the saved model or tokenizer.")
-    if Path(name).exists() or looks_like_hub_id(str(name)):
+    if Path(name).exists():
         return
-    raise ValueError(f"{what} {name}: no such folder (a Hub id looks like 'user/name'). Check the path.")
+    if not looks_like_hub_id(str(name)):
+        raise ValueError(f"{what} {name}: no such folder (a Hub id looks like 'user/name'). Check the path.")
+    check_hub_reachable(str(name), what)
+
+
+HUB_PROBE_SECONDS = 5
+
+
+def check_hub_reachable(repo_id: str, what: str) -> None:
+    """Ask the Hub once, briefly, before transformers looks `repo_id` up: unreachable, it retries for about a
+    minute before it fails, and a mistyped local folder ("rnus/model") looks like a Hub id. A repository in the
+    local cache, or offline mode, is left to transformers (it loads from the cache)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.utils import get_session
+
+    cached = any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in ("config.json", "tokenizer.json"))
+    if cached or constants.HF_HUB_OFFLINE:
+        return
+    try:
+        get_session().head(constants.ENDPOINT, timeout=HUB_PROBE_SECONDS)
+    except Exception as error:  # noqa: BLE001  (whatever the HTTP client raises: the Hub cannot be asked)
+        raise ValueError(f"{what} {repo_id}: no such local folder, and the Hub ({constants.ENDPOINT}) cannot be "
+                         f"reached to look for a repository of that name ({error}). Check the path, or the "
+                         "network.") from error
 
 
 __all__ = [
