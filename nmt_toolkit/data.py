@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
 
-from .files import BYTE_ORDER_MARK, check_line_ends, looks_like_hub_id, strip_line_end
+from .files import BYTE_ORDER_MARK, check_hub_reachable, check_line_ends, looks_like_hub_id, strip_line_end
 
 logger = logging.getLogger(__name__)
 
@@ -362,6 +362,8 @@ def hub_corpus_location(name: str, languages: tuple[str, str], hub_config: str |
 def _load_hub_corpus(name: str, languages: tuple[str, str], split: str, max_pairs: int | None,
                      hub_config: str | None) -> datasets.Dataset:
     repository, config = hub_corpus_location(name, languages, hub_config)
+    if not datasets.config.HF_HUB_OFFLINE:
+        check_hub_reachable(repository, "The corpus", repo_type="dataset")
     try:
         dataset = datasets.load_dataset(repository, config, split=split)
     except ValueError as error:  # unknown split or configuration

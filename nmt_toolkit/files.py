@@ -214,15 +214,17 @@ def check_local_or_hub(name: str | os.PathLike, what: str) -> None:
 HUB_PROBE_SECONDS = 5
 
 
-def check_hub_reachable(repo_id: str, what: str) -> None:
-    """Ask the Hub once, briefly, before transformers looks `repo_id` up: unreachable, it retries for about a
-    minute before it fails, and a mistyped local folder ("rnus/model") looks like a Hub id. A repository in the
-    local cache, or offline mode, is left to transformers (it loads from the cache)."""
+def check_hub_reachable(repo_id: str, what: str, repo_type: str = "model") -> None:
+    """Ask the Hub once, briefly, before transformers or datasets look `repo_id` up: unreachable, they retry for
+    about a minute before they fail, and a mistyped local folder ("rnus/model") looks like a Hub id. A repository
+    in the local cache, or offline mode, is left to them (they load from the cache)."""
     from huggingface_hub import constants, try_to_load_from_cache
     from huggingface_hub.utils import get_session
 
-    cached = any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in ("config.json", "tokenizer.json"))
-    if cached or constants.HF_HUB_OFFLINE:
+    if constants.HF_HUB_OFFLINE:
+        return
+    names = ("config.json", "tokenizer.json") if repo_type == "model" else ("README.md",)
+    if any(isinstance(try_to_load_from_cache(repo_id, name, repo_type=repo_type), str) for name in names):
         return
     try:
         get_session().head(constants.ENDPOINT, timeout=HUB_PROBE_SECONDS)

@@ -198,7 +198,6 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
             check_finite_number(self.num_train_epochs, "--num_train_epochs", positive=True)
         check_positive_int(self.gradient_accumulation_steps, "--gradient_accumulation_steps")
         check_positive_int(self.per_device_eval_batch_size, "--per_device_eval_batch_size")
-        check_finite_number(self.learning_rate, "--learning_rate", minimum=0)
         check_finite_number(self.max_grad_norm, "--max_grad_norm", minimum=0)
         for name in ("save_steps", "eval_steps"):
             value = getattr(self, name)
