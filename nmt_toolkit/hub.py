@@ -141,13 +141,13 @@ def push_translation_model(
 HUB_ERRORS = (OSError, *HfHubHTTPError.__bases__)
 
 
-def _ask_hub(api: HfApi, repo_id: str, call, *args, **kwargs):
+def _ask_hub(api: HfApi, repository: str, call, /, *args, **kwargs):
     """`call(*args, **kwargs)`, a network or Hub error turned into one line (not a traceback of the HTTP stack)."""
     try:
         return call(*args, **kwargs)
     except HUB_ERRORS as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"Cannot push {repo_id} to the Hub at {api.endpoint}: {reason}. Check the network, "
+        raise ValueError(f"Cannot push {repository} to the Hub at {api.endpoint}: {reason}. Check the network, "
                          "HF_ENDPOINT and the login (hf auth login, or --token).") from error
 
 
