@@ -198,6 +198,8 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
             check_finite_number(self.num_train_epochs, "--num_train_epochs", positive=True)
         check_positive_int(self.gradient_accumulation_steps, "--gradient_accumulation_steps")
         check_positive_int(self.per_device_eval_batch_size, "--per_device_eval_batch_size")
+        check_positive_int(self.generation_num_beams, "--generation_num_beams", allow_none=True)
+        check_positive_int(self.generation_max_length, "--generation_max_length", allow_none=True)
         check_finite_number(self.max_grad_norm, "--max_grad_norm", minimum=0)
         for name in ("save_steps", "eval_steps"):
             value = getattr(self, name)

@@ -21,7 +21,7 @@ from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.checkpoints import load_saved_model, load_saved_tokenizer
 from nmt_toolkit.cli import add_run_arguments, exit_on_error
 from nmt_toolkit.data import load_parallel_corpus
-from nmt_toolkit.evaluation import DEFAULT_MAX_TOKENS, write_lines
+from nmt_toolkit.evaluation import DEFAULT_MAX_TOKENS, tagged_languages, write_lines
 from nmt_toolkit.files import atomic_write_json, prepare_output_dir, set_threads
 from nmt_toolkit.lab.analysis import layer_nonlinearity
 from nmt_toolkit.lab.plotting_analysis import plot_layer_nonlinearity
@@ -51,6 +51,10 @@ def main(argv=None):
     set_threads(args.threads)
     output_dir = prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before any work
     tokenizer = load_saved_tokenizer(args.model, "--model")
+    if tagged_languages(tokenizer):  # its sources need a tag the analysis does not give: every BLEU would be wrong
+        raise ValueError(f"--model {args.model} was trained with language tags (its tokenizer reserves "
+                         f"{[f'<2{code}>' for code in tagged_languages(tokenizer)]}); the layer analysis decodes "
+                         "untagged sources. Analyse a bilingual model.")
     model = load_saved_model(args.model, "--model").to(args.device)
     train_pairs = read_pairs(args, args.train_split, args.fit_steps * args.fit_batch_size)
     test_pairs = read_pairs(args, args.split, args.max_sentences)

@@ -180,6 +180,15 @@ def test_directions_the_model_cannot_be_asked_for_are_refused_before_decoding(mo
     assert not (tmp_path / "eval" / "results.json").exists()
 
 
+def test_the_layer_analysis_refuses_a_model_trained_with_tags(models, tmp_path):
+    from conftest import run_script
+
+    with pytest.raises(ValueError, match=r"was trained with language tags .*<2de>.* Analyse a bilingual model"):
+        run_script("analyze_layers", "--model", models["multilingual"], "--data", MULTI30K, "--source_lang", "en",
+                   "--target_lang", "de", "--split", "test_2016_flickr", "--fit_steps", 1, "--max_sentences", 2,
+                   "--output_dir", tmp_path / "layers")
+
+
 # --- Numbers and devices --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("settings, message", [
@@ -222,6 +231,7 @@ def test_translate_sentences_checks_its_decoding_settings(models):
     (["--per_device_eval_batch_size", "0"], "--per_device_eval_batch_size must be a positive integer"),
     (["--save_steps", "0"], "--save_steps must be a positive number"),
     (["--max_grad_norm", "-1"], "--max_grad_norm must be at least 0"),
+    (["--generation_num_beams", "0"], "--generation_num_beams must be a positive integer"),
     (["--max_tokens", "0"], "--max_tokens must be a positive integer, got 0"),
     (["--max_length", "-1"], "--max_length must be a positive integer"),
     (["--target_tokens_per_update", "0"], "--target_tokens_per_update must be a positive integer, got 0"),
