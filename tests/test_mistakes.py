@@ -424,6 +424,26 @@ def test_scripts_end_in_one_line_without_a_traceback(name, argv, message, tmp_pa
     assert len(stderr.strip().splitlines()) == 1, stderr
 
 
+def test_a_missing_optional_package_and_a_failed_campaign_stage_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": 2.0}]}))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, stderr = run_as_main("plot_training", "run", "--output", "curves.png")
+    assert code == 1 and stderr.strip() == 'error: Plotting needs matplotlib: pip install -e ".[plot]"', stderr
+
+    from nmt_toolkit.cli import exit_on_error
+    from nmt_toolkit.lab.experiments import StageFailed
+
+    def failing_stage():
+        raise StageFailed("training failed (exit 1); its log is runs/x/train.log.")
+
+    with contextlib.redirect_stderr(io.StringIO()) as stderr, pytest.raises(SystemExit) as exit_info:
+        exit_on_error(failing_stage, also=(StageFailed,))
+    assert exit_info.value.code == 1
+    assert stderr.getvalue() == "error: training failed (exit 1); its log is runs/x/train.log.\n"
+
+
 def test_quickstart_into_a_non_empty_folder_is_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out").mkdir()
