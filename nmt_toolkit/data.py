@@ -15,8 +15,11 @@ and its ``test`` split newstest2014. WMT15 Cs-En validates on newstest2013 (the 
 newstest2014) and tests on newstest2015 (``test``). Ask for ``"validation"`` to get the Hub's split; for
 the exact papers' validation sets use a local folder.
 
-Local files are checked strictly, since a silent misalignment ruins a model: mismatched line counts,
-empty sides, missing languages and unreadable files raise a ValueError naming the file and the line.
+Local files are checked strictly, since a silent misalignment ruins a model: mismatched line counts (also
+with `max_pairs`: both files are read to the end), empty sides, missing languages, lone-CR line ends and
+unreadable files raise a ValueError naming the file and the line; a UTF-8 byte-order mark is dropped. A path
+that does not exist is not looked up on the Hub unless it is shaped like a Hub id and the Hub answers.
+`check_unknown_tokens` refuses training pairs that the tokenizer cannot spell (too many ``<unk>``).
 Hub datasets cannot be fixed by the user, so their (few) empty pairs are dropped and counted in the log.
 
 `tokenize_pairs` turns the pairs into ``input_ids`` / ``labels`` and drops the pairs longer than
