@@ -130,6 +130,7 @@ def test_sources_mix_json_lines_with_three_languages_and_the_hub(tmp_path, monke
         return datasets.load_from_disk(str(tmp_path / repository / config))[split]
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # no probe of the (absent) Hub
     sources = parse_sources(str(tmp_path / "three.jsonl"), "all", ["opus100=en-de,de-en"])
     corpus = load_multilingual_corpus(sources)
     assert calls == [("Helsinki-NLP/opus-100", "de-en", "train")] * 2
