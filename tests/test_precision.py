@@ -212,8 +212,17 @@ def test_evaluate_script_decodes_in_bfloat16_and_int8(trained, tmp_path):
         run_script("evaluate_translation", "--model", "m", "--output_dir", "o", "--dtype", "float16")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, "bfloat16"])
+def test_prepare_for_inference_takes_torch_dtypes_as_well_as_names(dtype):
+    model = prepare_for_inference(tiny_model("residual-pre"), dtype)
+    expected = dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype)
+    assert {parameter.dtype for parameter in model.parameters()} == {expected}
+
+
 @pytest.mark.parametrize("change, message", [
     ({"dtype": "float16"}, "dtype must be one of float32, bfloat16"),
+    ({"dtype": torch.float16}, r"dtype must be one of float32, bfloat16 \(as a name or as torch.float32/torch.bfloat16\), "
+                               "got torch.float16"),
     ({"quantize": "int4"}, "quantize must be one of none, int8"),
 ])
 def test_bad_precision_settings_are_refused(change, message):
