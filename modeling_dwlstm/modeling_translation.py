@@ -22,10 +22,7 @@ are described in the repository's docs/members.md.
 """
 
 import math
-import os
-import shutil
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -554,26 +551,23 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
             module.init_parameters()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Also save the translation pipeline (transformers 5 dropped the task), so that
-        `pipeline("translation", model=save_directory, trust_remote_code=True)` works anywhere. An int8-prepared
-        model is refused before anything is written: its int8 weights would load back as floats, silently wrong."""
+        """Also name the translation pipeline (transformers 5 dropped the task) in `config.json`'s
+        `custom_pipelines`, so that `pipeline("translation", model=save_directory, trust_remote_code=True)` works
+        anywhere: its file, pipeline_translation.py, is written with the model's code, whether this model came from
+        the package or from remote code. An int8-prepared model is refused before anything is written: its int8
+        weights would load back as floats, silently wrong."""
+        # Imported here so that loading a model does not import transformers.pipelines (seconds). transformers reads
+        # relative imports from the source text, this one included, so the file still travels with the model code:
+        # into the remote-code cache when the model is loaded, and beside the weights whenever it is saved.
+        from .pipeline_translation import translation_pipeline_entries
+
         if any(is_quantized(module) for module in linear_modules(self)):
             raise ValueError("This model was quantised to int8 for inference (precision.prepare_for_inference) and "
                              "cannot be saved: save the float32 model, and prepare it again after loading.")
-        self.config.custom_pipelines = {**(getattr(self.config, "custom_pipelines", None) or {}), **translation_pipeline_tasks(self.config)}
+        others = {task: entry for task, entry in (getattr(self.config, "custom_pipelines", None) or {}).items()
+                  if not task.startswith("translation")}  # ours are rewritten: language_pairs may have changed
+        self.config.custom_pipelines = {**others, **translation_pipeline_entries(self.config.language_pairs)}
         super().save_pretrained(save_directory, *args, **kwargs)
-        if PIPELINE_FILE.exists() and kwargs.get("is_main_process", True):
-            shutil.copy(PIPELINE_FILE, os.path.join(save_directory, PIPELINE_FILE.name))
-
-
-PIPELINE_FILE = Path(__file__).with_name("pipeline_translation.py")
-
-
-def translation_pipeline_tasks(config: TranslationTransformerConfig) -> dict:
-    """`custom_pipelines` entries: "translation" and one "translation_xx_to_yy" per `config.language_pairs`."""
-    entry = {"impl": "pipeline_translation.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
-    tasks = ["translation"] + [f"translation_{pair.replace('-', '_to_')}" for pair in config.language_pairs]
-    return {task: dict(entry) for task in tasks}
 
 
 class TranslationTransformerModel(TranslationTransformerPreTrainedModel):

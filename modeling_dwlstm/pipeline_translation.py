@@ -5,9 +5,10 @@ Two ways to get it:
 - In-process: `import modeling_dwlstm` calls `register_translation_pipeline()`, after which
   `pipeline("translation", model=..., tokenizer=...)` and `pipeline("translation_en_to_de", ...)` work
   as in transformers 4.
-- Anywhere: `save_pretrained` of the models writes `custom_pipelines` into `config.json` and copies
-  this file beside the weights, so `pipeline("translation", model=dir, trust_remote_code=True)` works
-  in a process that cannot import modeling_dwlstm.
+- Anywhere: `save_pretrained` of the models writes `custom_pipelines` (`translation_pipeline_entries`)
+  into `config.json` and this file beside the weights (it is part of the model's code), so
+  `pipeline("translation", model=dir, trust_remote_code=True)` works in a process that cannot import
+  modeling_dwlstm.
 
 Because of the second use this file is loaded as standalone remote code: it imports only from
 `transformers`, `torch` and the standard library, and importing it registers nothing.
@@ -181,6 +182,15 @@ class TranslationPipeline(Pipeline):
             return None
         tag_id = self.tokenizer.convert_tokens_to_ids(f"<2{language}>")
         return None if tag_id is None or tag_id == self.tokenizer.unk_token_id else tag_id
+
+
+def translation_pipeline_entries(language_pairs: Iterable[str]) -> dict:
+    """`custom_pipelines` entries of a saved model's config: "translation" and one "translation_xx_to_yy" per
+    language pair ("en-de"), each naming this file's `TranslationPipeline`."""
+    entry = {"impl": f"{__name__.rsplit('.', 1)[-1]}.{TranslationPipeline.__name__}", "pt": ["AutoModelForSeq2SeqLM"],
+             "type": "text"}
+    tasks = ["translation"] + [f"translation_{pair.replace('-', '_to_')}" for pair in language_pairs]
+    return {task: dict(entry) for task in tasks}
 
 
 def languages_from_task(task: str) -> tuple[str | None, str | None]:
