@@ -13,6 +13,8 @@ WMT14 En-De setup (35,603 tokens). Invalid values raise ``ValueError`` naming th
 """
 
 import difflib
+import re
+import sys
 from dataclasses import dataclass, field, fields
 
 from transformers import PreTrainedConfig
@@ -23,6 +25,7 @@ logger = logging.get_logger(__name__)
 # The special token ids of every family tokenizer (`tokenization_dwlstm.SPECIAL_TOKENS` is in this order)
 # and the config defaults; the decoder starts from the pad id, as in Marian.
 BOS_ID, PAD_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+DIRECTION_TASK = re.compile(r"translation_.+_to_.+")  # translation_en_to_de: the pipeline reads the languages from it
 
 
 def check_choice(name: str, value, allowed: tuple):
@@ -116,6 +119,8 @@ class TranslationTransformerConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         self._reject_misspelled_fields(kwargs)
+        if kwargs.get("custom_pipelines"):
+            kwargs["custom_pipelines"] = pipelines_not_served_in_process(kwargs["custom_pipelines"])
         if self.decoder_start_token_id is None:
             self.decoder_start_token_id = self.pad_token_id
         if self.language_pairs is None:
@@ -123,6 +128,24 @@ class TranslationTransformerConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.check_values()
         self._warn_unused_fields()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """`PreTrainedConfig.from_pretrained`, which `pipeline(task, model=...)` calls for remote code (the task
+        comes as `_from_pipeline`). A direction task the saved `custom_pipelines` does not list
+        ("translation_de_to_fr") is added to this config, so that transformers hands it to the model's own
+        pipeline, which translates it or names the directions the model has, instead of answering that
+        transformers removed the task."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        config = loaded[0] if isinstance(loaded, tuple) else loaded  # (config, unused) with return_unused_kwargs
+        config.route_direction_task(kwargs.get("_from_pipeline"))
+        return loaded
+
+    def route_direction_task(self, task: str | None):
+        """Serve `task` ("translation_xx_to_yy") with the pipeline that serves "translation" in `custom_pipelines`."""
+        pipelines = getattr(self, "custom_pipelines", None) or {}
+        if isinstance(task, str) and DIRECTION_TASK.fullmatch(task) and "translation" in pipelines and task not in pipelines:
+            self.custom_pipelines = {**pipelines, task: dict(pipelines["translation"])}
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -179,7 +202,22 @@ class TranslationTransformerConfig(PreTrainedConfig):
                 raise ValueError(f"`language_pairs` entries look like 'en-de', got {pair!r}.")
 
 
+def pipelines_not_served_in_process(custom_pipelines: dict) -> dict:
+    """`custom_pipelines` without the translation tasks that this process's pipeline registry serves (`import
+    modeling_dwlstm` registers them): transformers demands `trust_remote_code` for every task listed there, even
+    one it could serve with the package's own pipeline. A process without the package keeps them all."""
+    pipelines = sys.modules.get("transformers.pipelines")  # not imported: nothing registered, and no import cost
+    registry = getattr(pipelines, "PIPELINE_REGISTRY", None)
+    if registry is None or "translation" not in registry.supported_tasks:
+        return custom_pipelines
+
+    def served(task: str) -> bool:
+        return task == "translation" or registry.task_aliases.get(task) == "translation"
+
+    return {task: entry for task, entry in custom_pipelines.items() if not served(task)}
+
+
 __all__ = [
     "BOS_ID", "PAD_ID", "EOS_ID", "UNK_ID", "FamilyMember", "TranslationTransformerConfig",
-    "check_choice", "check_int", "check_probability",
+    "check_choice", "check_int", "check_probability", "pipelines_not_served_in_process",
 ]
