@@ -82,6 +82,7 @@ def test_model_card_describes_architecture_data_results_and_citation(tokenizer):
     for text in ("| encoder_layers | `2` |", "| lstm_hidden | `glu` |", "200 generated pairs", "| sacreBLEU | 61.23 |",
                  "| tokenized case-sensitive BLEU (as in the papers) | 63.4 |", "| chrF | 80.5 |", RESULTS["sacrebleu_signature"],
                  'pipeline("translation_en_to_de", model="user/tiny", trust_remote_code=True)',
+                 'AutoTokenizer.from_pretrained("user/tiny", trust_remote_code=True)',  # without: transformers asks [y/N]
                  "Rewiring the Transformer with Depth-Wise {LSTM}s", "Transformer with Depth-Wise {LSTM}"):
         assert text in card, text
     assert f"{model.num_parameters() / 1e6:.2f}M parameters" in card
