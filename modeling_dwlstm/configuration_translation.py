@@ -206,18 +206,20 @@ class TranslationTransformerConfig(PreTrainedConfig):
 
 
 def pipelines_not_served_in_process(custom_pipelines: dict) -> dict:
-    """`custom_pipelines` without the translation tasks that this process's pipeline registry serves (`import
-    modeling_dwlstm` registers them): transformers demands `trust_remote_code` for every task listed there, even
-    one it could serve with the package's own pipeline. A process without the package keeps them all."""
+    """`custom_pipelines` without the translation tasks, when this process's pipeline registry serves "translation"
+    (`import modeling_dwlstm` registers it): transformers demands `trust_remote_code` for every task listed there,
+    even one it could serve with the package's own pipeline. The model's direction tasks ("translation_en_to_de")
+    become aliases of "translation", as `register_translation_pairs` makes them. A process without the package
+    keeps every entry."""
     pipelines = sys.modules.get("transformers.pipelines")  # not imported: nothing registered, and no import cost
     registry = getattr(pipelines, "PIPELINE_REGISTRY", None)
     if registry is None or "translation" not in registry.supported_tasks:
         return custom_pipelines
-
-    def served(task: str) -> bool:
-        return task == "translation" or registry.task_aliases.get(task) == "translation"
-
-    return {task: entry for task, entry in custom_pipelines.items() if not served(task)}
+    for task in custom_pipelines:
+        if DIRECTION_TASK.fullmatch(task):
+            registry.task_aliases.setdefault(task, "translation")
+    return {task: entry for task, entry in custom_pipelines.items()
+            if task != "translation" and registry.task_aliases.get(task) != "translation"}
 
 
 __all__ = [

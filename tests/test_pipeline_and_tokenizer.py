@@ -1,5 +1,6 @@
 """The joint BPE tokenizer, the translation pipeline (in-process and as remote code) and Seq2SeqTrainer, on Multi30k."""
 
+import copy
 import json
 import math
 import os
@@ -255,6 +256,11 @@ def test_with_the_package_imported_nothing_needs_trust_remote_code_or_asks_for_i
             assert type(translator) is modeling_dwlstm.TranslationPipeline, task
             expected = pipeline(task, model=model, tokenizer=tokenizer)(sentence, **GENERATE)
             assert translator(sentence, **GENERATE) == expected
+    other = copy.deepcopy(model)
+    other.config.language_pairs = ["nl-qq"]  # a direction that no registered task name covers
+    other.save_pretrained(tmp_path / "nl-qq")
+    tokenizer.save_pretrained(tmp_path / "nl-qq")
+    assert type(pipeline("translation_nl_to_qq", model=str(tmp_path / "nl-qq"))) is modeling_dwlstm.TranslationPipeline
     assert not questions
     assert "translation" in json.loads((tmp_path / "config.json").read_text())["custom_pipelines"]  # for remote code
 
