@@ -70,7 +70,9 @@ class TranslationPipeline(Pipeline):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._check_direction(*languages_from_task(self.task), direction_only=True)
+        src_lang, tgt_lang = languages_from_task(self.task)
+        if tgt_lang is not None:  # a task such as translation_de_to_fr: refused now rather than at the first call
+            self._check_direction(src_lang, tgt_lang)
 
     def __call__(self, inputs, **kwargs):
         """Translate a text or a list of texts; see the class docstring for the output shape.
@@ -159,15 +161,13 @@ class TranslationPipeline(Pipeline):
             for ids in model_outputs["output_ids"][0]
         ]
 
-    def _check_direction(self, src_lang: str | None, tgt_lang: str | None, direction_only: bool = False) -> None:
+    def _check_direction(self, src_lang: str | None, tgt_lang: str | None) -> None:
         """A multilingual model: a target with a tag, a source among the model's languages; any other model with
-        `language_pairs`: one of them (see the class). `direction_only`: check only what is given (a pipeline
-        created for "translation" gets its target language later)."""
+        `language_pairs`: one of them (see the class)."""
         tagged = self._tagged_languages()
         pairs = list(getattr(self.model.config, "language_pairs", None) or [])
         if tagged and len({pair.split("-")[-1] for pair in pairs}) >= 2:
-            if not direction_only or tgt_lang is not None or src_lang is not None:
-                self._check_multilingual_direction(src_lang, tgt_lang, tagged, pairs)
+            self._check_multilingual_direction(src_lang, tgt_lang, tagged, pairs)
         elif pairs:
             _check_trained_direction(src_lang, tgt_lang, pairs)
 
