@@ -574,13 +574,17 @@ def check_lora_reach(model: nn.Module, adapter_configs: dict) -> None:
     for adapter, adapter_config in adapter_configs.items():
         unmatched = unmatched_target_modules(model, adapter_config)
         if unmatched or 0 < reached < total / 2:
-            logger.warning(
-                f"Adapter {adapter!r}: " + (f"target_modules {unmatched} match no module of this model; " if unmatched else "")
-                + f"it reaches {reached} of the {total} query/key/value projections of the attentions. This model fuses "
-                "self-attention's queries, keys and values into `qkv_proj` and cross-attention's keys and values into "
-                "`kv_proj` (`q_proj` is cross-attention's query). For every attention projection use "
-                f"target_modules={list(ATTENTION_PROJECTIONS)}; for every projection target_modules=\"all-linear\" (the "
-                f"others here: {others}).")
+            logger.warning(lora_reach_message(adapter, unmatched, reached, total, others))
+
+
+def lora_reach_message(adapter: str, unmatched: list[str], reached: int, total: int, others: list[str]) -> str:
+    """What `check_lora_reach` says: what the adapter missed, why, and the `target_modules` that reach it."""
+    missed = f"target_modules {unmatched} match no module of this model; " if unmatched else ""
+    return (f"Adapter {adapter!r}: {missed}it reaches {reached} of the {total} query/key/value projections of the "
+            "attentions. This model fuses self-attention's queries, keys and values into `qkv_proj` and "
+            "cross-attention's keys and values into `kv_proj` (`q_proj` is cross-attention's query). For every attention "
+            f"projection use target_modules={list(ATTENTION_PROJECTIONS)}; for every projection "
+            f'target_modules="all-linear" (the others here: {others}).')
 
 
 class TranslationTransformerPreTrainedModel(PreTrainedModel):
