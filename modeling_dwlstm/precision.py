@@ -16,7 +16,7 @@ trust_remote_code=True, dtype=torch.bfloat16)` loads the weights in bfloat16.)
 
 What each option does:
 
-- dtype "bfloat16": every parameter and buffer cast to bfloat16 (casting the weights was faster than
+- dtype "bfloat16" (or torch.bfloat16): every parameter and buffer cast to bfloat16 (casting the weights was faster than
   `torch.autocast` for every model we measured, and it halves the memory). LayerNorm, softmax and attention
   then run in bfloat16 too; `generate()` scores beams on float32 copies of the logits. Only CPUs with native
   bfloat16 (avx512_bf16, AMX) gain speed; elsewhere it can be slower than float32 (docs/speed.md).
@@ -54,27 +54,37 @@ OUTPUT_PROJECTION = "lm_head"
 SMALLEST_SCALE = 1e-12  # an all-zero row (a padded position) quantises to zeros instead of dividing by zero
 
 
-def prepare_for_inference(model: nn.Module, dtype: str = "float32", quantize: str = "none",
+def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32", quantize: str = "none",
                           quantize_output_projection: bool = True) -> nn.Module:
-    """Cast `model` to `dtype` ("float32" or "bfloat16") and, with quantize="int8", quantise every
-    `nn.Linear` to int8 (W8A8, dynamic; the output projection too unless `quantize_output_projection`
-    is False). Changes `model` in place, puts it in eval mode and returns it."""
+    """Cast `model` to `dtype` ("float32" or "bfloat16", or the torch dtype: torch.bfloat16) and, with
+    quantize="int8", quantise every `nn.Linear` to int8 (W8A8, dynamic; the output projection too unless
+    `quantize_output_projection` is False). Changes `model` in place, puts it in eval mode and returns it."""
     check_precision(dtype, quantize)
     if any(is_quantized(module) for module in linear_modules(model)):
         raise ValueError("The model is already quantised: prepare a freshly loaded model (float32 or bfloat16).")
     model.eval()
-    model.to(DTYPES[dtype])
+    model.to(torch_dtype(dtype))
     if quantize == "int8":
         quantize_int8(model, quantize_output_projection)
     return model
 
 
-def check_precision(dtype: str, quantize: str) -> None:
+def check_precision(dtype: str | torch.dtype, quantize: str) -> None:
     """A one-line ValueError for an unknown dtype or quantisation."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}.")
+    torch_dtype(dtype)
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZATIONS)}, got {quantize!r}.")
+
+
+def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """The torch dtype that `dtype` names: "bfloat16" and torch.bfloat16 alike (scripts pass names, PyTorch code
+    passes dtypes)."""
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return DTYPES[dtype]
+    raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (as a name or as torch.{'/torch.'.join(DTYPES)}), "
+                     f"got {dtype!r}.")
 
 
 class Int8Projection:
@@ -141,4 +151,4 @@ def is_quantized(module: nn.Linear) -> bool:
 
 
 __all__ = ["DTYPES", "QUANTIZATIONS", "Int8Projection", "check_precision", "cpu_has_vnni", "prepare_for_inference",
-           "quantize_int8", "linear_modules", "is_quantized"]
+           "quantize_int8", "linear_modules", "is_quantized", "torch_dtype"]

@@ -94,7 +94,7 @@ def model_card(
         "## Usage", "",
         "The modelling code and the translation pipeline ship with the weights (`trust_remote_code=True`).", "",
         "```python", "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline", "",
-        f'tokenizer = AutoTokenizer.from_pretrained("{name}")',
+        f'tokenizer = AutoTokenizer.from_pretrained("{name}", trust_remote_code=True)',  # or it asks [y/N]
         f'model = AutoModelForSeq2SeqLM.from_pretrained("{name}", trust_remote_code=True)',
         f'translator = pipeline("{task}", model="{name}", trust_remote_code=True)',
         f'print(translator({example}))', "```", "",

@@ -321,6 +321,12 @@ REMOTE_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
         translator("A man .", tgt_lang="it", **settings)
     except ValueError as error:
         results.append(str(error))
+    # Tasks the saved config does not list: a zero-shot direction translates, an unknown target is refused.
+    results.append(pipeline("translation_de_to_fr", model="saved", trust_remote_code=True)("Ein Hund läuft .", **settings))
+    try:
+        pipeline("translation_en_to_it", model="saved", trust_remote_code=True)
+    except ValueError as error:
+        results.append(str(error))
     print(json.dumps(results))
     """
 )
@@ -338,6 +344,8 @@ def test_saved_multilingual_model_translates_without_the_package(saved_model):
     output = json.loads(result.stdout.strip().splitlines()[-1])
     assert output[:3] == expected
     assert output[3].startswith("Unsupported target language 'it'")
+    assert output[4] == translator_for(saved_model, "translation_de_to_fr")("Ein Hund läuft .", **GREEDY)
+    assert output[5] == output[3]  # the same list of languages and directions, for the task name
 
 
 # --- evaluation over many directions ---------------------------------------------------------------------------
