@@ -35,7 +35,14 @@ from modeling_dwlstm.precision import DTYPES, QUANTIZATIONS, check_precision, pr
 from .batching import pack_by_tokens
 from .checkpoints import load_saved_model, load_saved_tokenizer
 from .data import load_parallel_corpus
-from .files import atomic_write_json, atomic_write_text, prepare_output_dir, read_lines, set_threads
+from .files import (
+    atomic_write_json,
+    atomic_write_text,
+    prepare_output_dir,
+    read_lines,
+    releasing_output_dirs,
+    set_threads,
+)
 from .multilingual import ALL_PAIRS, PIVOT, corpus_languages, pair_name, parse_language_pairs, tag_source
 
 logger = logging.getLogger(__name__)
@@ -251,6 +258,7 @@ class EvaluationArguments:
         "(CPU only; see modeling_dwlstm.precision).")})
 
 
+@releasing_output_dirs
 def run_evaluation(args: EvaluationArguments) -> dict:
     """Load the model and test set, translate, score, and write hypotheses.txt and results.json.
 
@@ -495,6 +503,7 @@ def score_off_target(hypotheses: Sequence[str], target_lang: str | None,
 
 
 
+@releasing_output_dirs
 def evaluate_directions(args) -> dict:
     """`run_evaluation` for many directions (`args.language_pairs`): one decoding pass, batches mixing directions.
 
@@ -512,6 +521,9 @@ def evaluate_directions(args) -> dict:
     subset = [pair_name(direction) for direction in parse_language_pairs(args.average_subset)] if args.average_subset \
         else []
     groups = direction_groups(names, subset)
+    if args.baseline_results and Path(args.baseline_results).resolve().parent == Path(args.output_dir).resolve():
+        raise ValueError(f"--baseline_results {args.baseline_results} is in the folder this evaluation writes (its "
+                         "results.json and DIRECTION/hypotheses.txt would be replaced); give another --output_dir.")
     baseline = _read_baseline(args.baseline_results, names) if args.baseline_results else None
     tests = {name: load_parallel_corpus(args.data, *name.split("-"), args.split, max_pairs=args.max_pairs)["translation"]
              for name in names}
