@@ -576,14 +576,16 @@ def run_fingerprints(model, train_dataset) -> dict:
 
 
 def training_data_fingerprint(dataset) -> str:
-    """ "N pairs, token ids sha256 ..." over the source and target ids, in order (however Arrow chunked them)."""
+    """ "N pairs, token ids sha256 ..." over the source and target ids in order, chunk by chunk (the same however
+    Arrow chunked them; a few seconds for WMT14's 4.5M pairs, once per run)."""
     table = dataset.select_columns(["input_ids", "labels"]).with_format("arrow")[:]
-    digest = hashlib.sha256()
+    lengths, ids = hashlib.sha256(), hashlib.sha256()  # two streams: each is the hash of its concatenation
     for name in ("input_ids", "labels"):
-        column = table[name].combine_chunks()
-        digest.update(pc.list_value_length(column).to_numpy(zero_copy_only=False).astype("int64").tobytes())
-        digest.update(column.flatten().to_numpy(zero_copy_only=False).astype("int64").tobytes())
-    return f"{len(dataset)} pairs, token ids sha256 {digest.hexdigest()[:16]}"
+        for chunk in table[name].chunks:
+            lengths.update(pc.list_value_length(chunk).to_numpy(zero_copy_only=False).astype("int32").tobytes())
+            ids.update(chunk.flatten().to_numpy(zero_copy_only=False).astype("int32").tobytes())
+    digest = hashlib.sha256(lengths.digest() + ids.digest()).hexdigest()
+    return f"{len(dataset)} pairs, token ids sha256 {digest[:16]}"
 
 
 def load_tokenized_split(data_args: DataArguments, tokenizer, split: str, source: str, max_pairs: int | None,
