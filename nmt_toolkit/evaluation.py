@@ -274,9 +274,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     if empty:
         logger.warning("%d empty source line(s) (the first: line %d) get an empty translation.", len(empty), empty[0])
     hypotheses_path = Path(args.output_dir) / "hypotheses.txt"
-    if args.baseline_hypotheses and Path(args.baseline_hypotheses).resolve() == hypotheses_path.resolve():
-        raise ValueError(f"--baseline_hypotheses {args.baseline_hypotheses} is the file this evaluation writes; "
-                         "give another --output_dir.")
+    _check_inputs_not_written(args, [hypotheses_path, Path(args.output_dir) / "results.json"])
     baseline = read_lines(args.baseline_hypotheses) if args.baseline_hypotheses else None
     if baseline is not None:
         check_parallel(baseline, references, f"baseline hypotheses in {args.baseline_hypotheses}", "references")
@@ -313,6 +311,16 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     write_lines(translations.hypotheses, hypotheses_path)
     write_json(results, Path(args.output_dir) / "results.json")
     return results
+
+
+def _check_inputs_not_written(args: EvaluationArguments, outputs: list[Path]) -> None:
+    """Refuse an input file that is one of the files this evaluation writes (with --overwrite_output_dir it would be
+    replaced, and the scores would compare the system with itself)."""
+    written = {output.resolve() for output in outputs}
+    for flag, path in (("--baseline_hypotheses", args.baseline_hypotheses), ("--source_file", args.source_file),
+                       ("--reference_file", args.reference_file)):
+        if path and Path(path).resolve() in written:
+            raise ValueError(f"{flag} {path} is the file this evaluation writes; give another --output_dir.")
 
 
 def load_model_for_evaluation(args: EvaluationArguments):

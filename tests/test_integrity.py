@@ -196,6 +196,17 @@ def test_multilingual_evaluation_refuses_to_overwrite_its_own_baseline(saved, tm
     assert contents(tmp_path / "eval") == before
 
 
+def test_an_evaluation_refuses_to_write_over_its_own_references(saved, tmp_path):
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "hypotheses.txt").write_text("ein mann reitet .\n")  # the references, by an unlucky name
+    (tmp_path / "src.txt").write_text("a man rides .\n")
+    with pytest.raises(ValueError, match=r"--reference_file .*hypotheses.txt is the file this evaluation writes"):
+        run_evaluation(EvaluationArguments(model=str(saved), output_dir=str(tmp_path / "eval"), num_beams=1,
+                                           source_file=str(tmp_path / "src.txt"), overwrite_output_dir=True,
+                                           reference_file=str(tmp_path / "eval" / "hypotheses.txt")))
+    assert (tmp_path / "eval" / "hypotheses.txt").read_text() == "ein mann reitet .\n"
+
+
 def test_a_tokenizer_is_not_written_over_its_own_corpus(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
