@@ -459,8 +459,8 @@ def _newest_recorded(checkpoints: list[Path]) -> Path:
     (said in the log). Without any, the newest (`check_resumable` then says what to do)."""
     recorded = [checkpoint for checkpoint in checkpoints if (checkpoint / CHECKSUMS_NAME).is_file()]
     if recorded and recorded[-1] != checkpoints[-1]:
-        logger.warning("Resuming from %s: the newer %s has no %s (the run stopped while writing it).", recorded[-1].name,
-                       checkpoints[-1].name, CHECKSUMS_NAME)
+        logger.warning("Resuming from %s: the newer %s has no %s (deleted, or the run stopped while writing it).",
+                       recorded[-1].name, checkpoints[-1].name, CHECKSUMS_NAME)
         return recorded[-1]
     return checkpoints[-1]
 

@@ -347,7 +347,8 @@ def trained(setup, tmp_path_factory):
 
 
 def resume(setup, run, checkpoint="last", **training):
-    return train_translation(*arguments(setup, run, max_steps=6, resume_from_checkpoint=str(checkpoint), **training))
+    training = {"max_steps": 6, **training}
+    return train_translation(*arguments(setup, run, resume_from_checkpoint=str(checkpoint), **training))
 
 
 def test_resuming_after_the_corpus_or_the_config_changed_in_place_is_refused(setup, trained, tmp_path):
@@ -427,6 +428,16 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line_and_resuming_works(se
     trainer = train_translation(*arguments(setup, tmp_path / "run", max_steps=4, save_steps=2,
                                            resume_from_checkpoint="last"))
     assert trainer.state.global_step == 4
+
+
+def test_resuming_the_last_checkpoint_skips_one_without_its_manifest_and_says_so(setup, trained, tmp_path, caplog):
+    run = copy_of(trained, tmp_path / "run")
+    train_translation(*arguments(setup, run, max_steps=6, resume_from_checkpoint="last"))
+    (run / "checkpoint-6" / CHECKSUMS_NAME).unlink()  # as a run killed while writing it leaves it
+    with caplog.at_level("WARNING", logger="nmt_toolkit"):
+        trainer = resume(setup, run, max_steps=9)
+    assert "Resuming from checkpoint-3: the newer checkpoint-6 has no checksums.json" in caplog.text
+    assert trainer.state.global_step == 9
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
