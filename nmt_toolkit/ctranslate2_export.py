@@ -49,12 +49,13 @@ from functools import partial
 from pathlib import Path
 
 from .checkpoints import load_saved_model, load_saved_tokenizer
-from .files import prepare_output_dir
+from .files import prepare_output_dir, releasing_output_dirs
 
 EXPORTABLE_MODEL_TYPE = "dwlstm-residual"
 INSTALL_CTRANSLATE2 = "pip install 'modeling-dwlstm[ctranslate2]' (or: pip install ctranslate2)"
 
 
+@releasing_output_dirs
 def export_ctranslate2(model_dir: str, output_dir: str, quantization: str | None = None,
                        overwrite: bool = False) -> str:
     """Convert the saved residual model in `model_dir` (with its tokenizer) into a CTranslate2 model in

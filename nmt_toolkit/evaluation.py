@@ -37,7 +37,14 @@ from .arguments import check_device, check_finite_number, check_positive_int
 from .batching import pack_by_tokens
 from .checkpoints import load_saved_model, load_saved_tokenizer
 from .data import load_parallel_corpus
-from .files import atomic_write_json, atomic_write_text, prepare_output_dir, read_lines, set_threads
+from .files import (
+    atomic_write_json,
+    atomic_write_text,
+    prepare_output_dir,
+    read_lines,
+    releasing_output_dirs,
+    set_threads,
+)
 from .multilingual import ALL_PAIRS, PIVOT, corpus_languages, pair_name, parse_language_pairs, tag_source
 
 logger = logging.getLogger(__name__)
@@ -263,6 +270,7 @@ class EvaluationArguments:
         "(CPU only; see modeling_dwlstm.precision).")})
 
 
+@releasing_output_dirs
 def run_evaluation(args: EvaluationArguments) -> dict:
     """Load the model and test set, translate, score, and write hypotheses.txt and results.json.
 
@@ -280,9 +288,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
         logger.warning("%d empty source line(s) (the first: line %d) get an empty translation.", len(empty), empty[0])
     _warn_empty_references(references)
     hypotheses_path = Path(args.output_dir) / "hypotheses.txt"
-    if args.baseline_hypotheses and Path(args.baseline_hypotheses).resolve() == hypotheses_path.resolve():
-        raise ValueError(f"--baseline_hypotheses {args.baseline_hypotheses} is the file this evaluation writes; "
-                         "give another --output_dir.")
+    _check_inputs_not_written(args, [hypotheses_path, Path(args.output_dir) / "results.json"])
     baseline = read_lines(args.baseline_hypotheses) if args.baseline_hypotheses else None
     if baseline is not None:
         check_parallel(baseline, references, f"baseline hypotheses in {args.baseline_hypotheses}", "references")
@@ -383,6 +389,16 @@ def _warn_untrained_direction(pairs: Sequence[str], direction: tuple[str | None,
     if pairs and None not in direction and name not in pairs:
         logger.warning("The model's config lists the direction(s) %s, not %s: check --source_lang/--target_lang.",
                        pairs, name)
+
+
+def _check_inputs_not_written(args: EvaluationArguments, outputs: list[Path]) -> None:
+    """Refuse an input file that is one of the files this evaluation writes (with --overwrite_output_dir it would be
+    replaced, and the scores would compare the system with itself)."""
+    written = {output.resolve() for output in outputs}
+    for flag, path in (("--baseline_hypotheses", args.baseline_hypotheses), ("--source_file", args.source_file),
+                       ("--reference_file", args.reference_file)):
+        if path and Path(path).resolve() in written:
+            raise ValueError(f"{flag} {path} is the file this evaluation writes; give another --output_dir.")
 
 
 def load_model_for_evaluation(args: EvaluationArguments):
@@ -573,6 +589,7 @@ def score_off_target(hypotheses: Sequence[str], target_lang: str | None,
 
 
 
+@releasing_output_dirs
 def evaluate_directions(args) -> dict:
     """`run_evaluation` for many directions (`args.language_pairs`): one decoding pass, batches mixing directions.
 
@@ -590,6 +607,9 @@ def evaluate_directions(args) -> dict:
     subset = [pair_name(direction) for direction in parse_language_pairs(args.average_subset)] if args.average_subset \
         else []
     groups = direction_groups(names, subset)
+    if args.baseline_results and Path(args.baseline_results).resolve().parent == Path(args.output_dir).resolve():
+        raise ValueError(f"--baseline_results {args.baseline_results} is in the folder this evaluation writes (its "
+                         "results.json and DIRECTION/hypotheses.txt would be replaced); give another --output_dir.")
     baseline = _read_baseline(args.baseline_results, names) if args.baseline_results else None
     tests = {name: load_parallel_corpus(args.data, *name.split("-"), args.split, max_pairs=args.max_pairs)["translation"]
              for name in names}

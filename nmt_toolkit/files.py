@@ -7,27 +7,49 @@
   temporary name beside its destination and renamed into place when complete, so no reader ever sees
   a half-written one.
 - Output folders are checked before any work (`prepare_output_dir`): refused when they hold something,
-  unless overwriting was asked for, and probed for writability.
+  unless overwriting was asked for, and probed for writability. They are claimed first (`claim_output_dir`):
+  a second run into a folder another run is still writing is refused, instead of both "succeeding" with one
+  result silently replacing the other. A folder that is (or holds) an input of the run is refused as its output
+  when writing would replace that input (`check_inputs_outside`).
 - A checksum manifest (`write_checksums`, `verify_checksums`): safetensors has no checksum, so a saved
-  model or checkpoint gets ``checksums.json`` (SHA-256 of each file), checked before it is used.
+  model or checkpoint gets ``checksums.json`` (SHA-256 of each file), checked before it is used. A file the
+  user of the folder does not need may be left out of a copy (`optional`); a missing or changed file that is
+  needed is named, with how to accept the folder as it is (`RECORD_COMMAND`).
 """
 
+import atexit
 import contextlib
 import errno
+import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+import socket
+import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import torch
 
+try:
+    import fcntl
+except ImportError:  # Windows: claims are exclusive files only, and a killed run's claim must be deleted by hand
+    fcntl = None
+
+logger = logging.getLogger(__name__)
+
 CHECKSUMS_NAME = "checksums.json"
-# Files that change after a model is saved (logs, metrics written later): never in a manifest.
-UNCHECKED_FILES = re.compile(r".*\.log|.*_results\.json|.*\.tmp")
+# How a user accepts a folder as it is now (a file changed or left out on purpose): a new manifest.
+RECORD_COMMAND = "python scripts/record_checksums.py"
+CLAIM_SUFFIX = ".in-use"
+# Files that change after a model is saved (logs, metrics written later, claims of folders being written
+# inside it): never in a manifest.
+UNCHECKED_FILES = re.compile(r".*\.log|.*_results\.json|.*\.tmp|\..*" + re.escape(CLAIM_SUFFIX))
 
 
 def strip_line_end(line: str) -> str:
@@ -118,24 +140,182 @@ def atomic_directory(path: str | os.PathLike, replace: bool = False) -> Iterator
 
 
 def prepare_output_dir(path: str | os.PathLike, overwrite: bool = False, flag: str = "--overwrite_output_dir") -> Path:
-    """Create `path` if needed and check, before any work, that it is empty (unless `overwrite`) and writable."""
+    """Claim `path` (`claim_output_dir`), create it if needed and check, before any work, that it is empty (unless
+    `overwrite`) and writable."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"Output folder {path} is a file; choose another folder.")
+    try:
+        claimed_now = _claim(path)
+    except OSError as error:
+        raise _unwritable(path, error) from error
+    try:
+        _check_empty(path, overwrite, flag)
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except BaseException as error:
+        if claimed_now:
+            release_output_dir(path)
+        if isinstance(error, OSError):
+            raise _unwritable(path, error) from error
+        raise
+    return path
+
+
+def _check_empty(path: Path, overwrite: bool, flag: str) -> None:
     if path.is_dir() and not overwrite:
         entries = sorted(entry.name for entry in path.iterdir())
         if entries:
             shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
             raise ValueError(f"Output folder {path} is not empty (holds {shown}); choose another folder, or pass "
                              f"{flag} to replace what is there.")
+
+
+def _unwritable(path: Path, error: OSError) -> ValueError:
+    return ValueError(f"Cannot write to output folder {path}: {error.strerror or error}; choose another folder.")
+
+
+# --- Claims: one run at a time per output folder ----------------------------------------------------------------
+#
+# A claim is a marker file beside the folder (``.NAME.in-use``, so that it survives the folder being replaced
+# whole and never shows in it), created when a run starts and removed when it ends. The owner holds an exclusive
+# lock on it: the lock dies with the process, so a run that was killed leaves a marker the next run takes over,
+# while a live run's marker refuses every other run. Claims are per process: a process may claim a folder again.
+
+_claims: dict[Path, tuple[int, int]] = {}  # resolved folder -> (marker's descriptor, the claiming process)
+
+
+def claim_marker(path: str | os.PathLike) -> Path:
+    """The marker file that claims the output folder `path`."""
+    folder = Path(path).resolve()
+    return folder.with_name(f".{folder.name}{CLAIM_SUFFIX}")
+
+
+def claim_output_dir(path: str | os.PathLike) -> Path:
+    """Claim the output folder `path` for this process until `release_output_dir`, the end of the enclosing
+    `releasing_output_dirs` call, or the process's exit; refuse it (ValueError naming the other run) while
+    another process holds it."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
+        _claim(Path(path))
     except OSError as error:
-        raise ValueError(f"Cannot write to output folder {path}: {error.strerror or error}; choose another "
-                         "folder.") from error
-    return path
+        raise _unwritable(Path(path), error) from error
+    return Path(path)
+
+
+def release_output_dir(path: str | os.PathLike) -> None:
+    """Give up this process's claim on `path` (nothing happens if it holds none)."""
+    folder = Path(path).resolve()
+    claim = _claims.pop(folder, None)
+    if claim is None:
+        return
+    descriptor, _ = claim
+    marker = claim_marker(folder)
+    with contextlib.suppress(OSError):
+        if _is_current(descriptor, marker):  # a marker someone put there since is not ours to remove
+            marker.unlink()
+    os.close(descriptor)
+
+
+def releasing_output_dirs(function: Callable) -> Callable:
+    """Decorate a function that writes output folders: the folders it claims are released when it returns or
+    raises, so that it can run again in the same process (a script's claims last until it exits)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        before = set(_claims)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            for folder in set(_claims) - before:
+                release_output_dir(folder)
+
+    return wrapper
+
+
+def _claim(path: Path) -> bool:
+    """Claim `path`; True if this call took the claim, False if this process already held it."""
+    folder = path.resolve()
+    if folder in _claims:
+        return False
+    marker = claim_marker(folder)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = _take_marker(marker, folder)
+    description = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}: " \
+                  f"{' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300]}"
+    os.ftruncate(descriptor, 0)
+    os.lseek(descriptor, 0, os.SEEK_SET)
+    os.write(descriptor, description.encode("utf-8", "replace"))
+    _claims[folder] = (descriptor, os.getpid())
+    return True
+
+
+def _take_marker(marker: Path, folder: Path) -> int:
+    """Create or take over `marker` and lock it; a ValueError naming the holder when a live run has it."""
+    while True:
+        flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if fcntl is None else 0)
+        try:
+            descriptor = os.open(marker, flags, 0o644)
+        except FileExistsError:
+            raise ValueError(_in_use(folder, marker, marker.read_text(errors="replace"))) from None
+        if fcntl is None:
+            return descriptor
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(descriptor, 1000, 0).decode("utf-8", "replace")
+            os.close(descriptor)
+            raise ValueError(_in_use(folder, marker, holder)) from None
+        except OSError as error:  # a file system without locks: the marker still tells the next run
+            logger.warning("Cannot lock %s (%s): a second run into %s would not be noticed.", marker,
+                           error.strerror or error, folder)
+            return descriptor
+        if _is_current(descriptor, marker):
+            return descriptor
+        os.close(descriptor)  # its owner removed it as we opened it: take a fresh one
+
+
+def _is_current(descriptor: int, marker: Path) -> bool:
+    """Whether `descriptor` is still the file at `marker` (not one its owner removed meanwhile)."""
+    try:
+        now, ours = marker.stat(), os.fstat(descriptor)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+def _in_use(folder: Path, marker: Path, holder: str) -> str:
+    holder = holder.strip() or "a run that is just starting"
+    return (f"Output folder {folder} is in use by another run ({holder}): wait until it ends, or choose another "
+            f"folder. The claim is {marker}; it goes away when that run ends, so delete it only if no such run is "
+            "going on (e.g. one on another machine that was killed).")
+
+
+@atexit.register
+def _release_at_exit():
+    for folder, (_, process) in list(_claims.items()):
+        if process == os.getpid():  # a forked child does not release its parent's claims
+            release_output_dir(folder)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_claims.clear)
+
+
+def check_inputs_outside(output_dir: str | os.PathLike, inputs: Mapping[str, str | os.PathLike | list | None],
+                         flag: str = "--output_dir") -> None:
+    """Refuse an `output_dir` that is, or holds, one of `inputs` (what names them, e.g. "--dataset", -> a path or a
+    list of paths): writing the output there would replace or delete that input. Paths that do not exist locally
+    (Hub ids) are skipped."""
+    output = Path(output_dir).resolve()
+    for name, paths in inputs.items():
+        for path in paths if isinstance(paths, (list, tuple)) else [paths]:
+            if path is None or not Path(path).exists():
+                continue
+            source = Path(path).resolve()
+            if output == source or output in source.parents:
+                raise ValueError(f"{flag} {output_dir} is or holds {name} {path}, an input of this run: writing "
+                                 "there would replace it. Choose an output folder outside it.")
 
 
 def set_threads(threads: int | None) -> None:
@@ -147,8 +327,39 @@ def set_threads(threads: int | None) -> None:
     torch.set_num_threads(threads)
 
 
+# How writers other than Python's report a full disk: torch.save a RuntimeError from its zip writer, the Rust
+# writers (tokenizers, safetensors) an Exception carrying the OS error.
+NO_SPACE_MESSAGES = re.compile(r"os error (28|122)\b|No space left|Disk quota exceeded|PytorchStreamWriter failed|"
+                               r"inline_container\.cc.*unexpected pos|file write failed")
+
+
 def is_no_space_error(error: BaseException) -> bool:
-    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+    """Whether `error` (or an error it was raised from) says the disk is full, whichever library wrote."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if not isinstance(error, OSError) and NO_SPACE_MESSAGES.search(str(error)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+class DiskFull(OSError):
+    """The disk filled up while saving something: errno ENOSPC and a one-line message saying what and what to do."""
+
+
+@contextlib.contextmanager
+def no_space_reported(what: str, advice: str = "free space and run again") -> Iterator[None]:
+    """A full disk while saving `what` becomes one `DiskFull` error saying so, whichever library was writing (torch
+    and the Rust writers raise errors of their own, which would end a script in a traceback); other errors pass."""
+    try:
+        yield
+    except DiskFull:
+        raise
+    except Exception as error:
+        if not is_no_space_error(error):
+            raise
+        raise DiskFull(errno.ENOSPC, f"No space left on the device while saving {what}: {advice}.") from error
 
 
 def file_sha256(path: Path) -> str:
@@ -167,8 +378,10 @@ def write_checksums(folder: str | os.PathLike) -> Path:
     return atomic_write_json(folder / CHECKSUMS_NAME, {"sha256": {path.name: file_sha256(path) for path in files}})
 
 
-def verify_checksums(folder: str | os.PathLike, required: bool = False) -> bool:
-    """Check `folder` against its ``checksums.json``; a missing or changed file raises a ValueError naming it.
+def verify_checksums(folder: str | os.PathLike, required: bool = False, optional: re.Pattern | None = None) -> bool:
+    """Check `folder` against its ``checksums.json``; a missing or changed file raises a ValueError naming it and
+    saying how to accept the folder as it is. Files whose names match `optional` (what the caller does not need,
+    e.g. a model's training records) are not checked: a copy without them is whole.
 
     Returns False when there is no manifest (models saved before manifests existed, or by other tools),
     which is an error only with `required`.
@@ -183,13 +396,17 @@ def verify_checksums(folder: str | os.PathLike, required: bool = False) -> bool:
         expected = json.loads(manifest_path.read_text(encoding="utf-8"))["sha256"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{manifest_path} is unreadable or damaged ({error}); the folder cannot be checked.") from error
+    accept = f"if the folder is meant to be as it is now, record it so: {RECORD_COMMAND} {folder}"
     for name, digest in expected.items():
+        if optional is not None and optional.fullmatch(name):
+            continue
         path = folder / name
         if not path.is_file():
-            raise ValueError(f"{path} is missing (listed in {CHECKSUMS_NAME}): the saved model is incomplete.")
+            raise ValueError(f"{path} is missing (listed in {CHECKSUMS_NAME}) and is needed: the folder is "
+                             f"incomplete. Copy it from where the folder was saved; {accept}.")
         if file_sha256(path) != digest:
             raise ValueError(f"{path} does not match its checksum in {CHECKSUMS_NAME}: the file is corrupted or "
-                             "was changed after saving. Restore it from a copy or save the model again.")
+                             f"was changed after saving. Restore it from a copy or save the model again; {accept}.")
     return True
 
 
@@ -245,6 +462,14 @@ __all__ = [
     "atomic_write_json",
     "atomic_directory",
     "prepare_output_dir",
+    "claim_output_dir",
+    "claim_marker",
+    "release_output_dir",
+    "releasing_output_dirs",
+    "check_inputs_outside",
+    "is_no_space_error",
+    "no_space_reported",
+    "DiskFull",
     "write_checksums",
     "verify_checksums",
     "check_local_or_hub",

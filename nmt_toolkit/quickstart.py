@@ -15,6 +15,8 @@ Everything lands in `output_dir`; `summary.json` holds the numbers. Nothing is d
 """
 
 import logging
+import re
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,7 +26,7 @@ from transformers import pipeline, set_seed
 from .checkpoints import load_saved_model, load_saved_tokenizer, save_pretrained_atomically
 from .data import load_parallel_corpus, train_corpus_tokenizer
 from .evaluation import score_translations, translate_sentences, write_json
-from .files import atomic_write_json, atomic_write_text, prepare_output_dir
+from .files import atomic_write_json, atomic_write_text, claim_output_dir, prepare_output_dir, releasing_output_dirs
 from .hub import model_card
 from .quickstart_corpus import SOURCE_LANG, TARGET_LANG, write_corpus
 from .training import (
@@ -69,6 +71,28 @@ class QuickstartSettings:
     model: dict = field(default_factory=lambda: dict(QUICKSTART_MODEL))
 
 
+# What the quickstart writes into its folder (and the hidden staging folders and claims of an interrupted run).
+QUICKSTART_OUTPUTS = re.compile(r"data|tokenizer|model-config\.json|model|summary\.json|\..*\.(incomplete|old|in-use|tmp)")
+
+
+def clear_quickstart_output(output_dir: str | Path) -> None:
+    """``--overwrite``: delete an earlier quickstart's `output_dir` (claimed first, so that a quickstart still
+    running there is not deleted under it); a folder holding anything the quickstart does not write is refused."""
+    output_dir = Path(output_dir)
+    if not output_dir.exists():
+        return
+    claim_output_dir(output_dir)
+    if not output_dir.is_dir():
+        raise ValueError(f"--output_dir {output_dir} is a file; choose a folder.")
+    foreign = sorted(entry.name for entry in output_dir.iterdir() if not QUICKSTART_OUTPUTS.fullmatch(entry.name))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise ValueError(f"--overwrite deletes an earlier quickstart's output, but {output_dir} also holds {shown}, "
+                         "which the quickstart does not write: choose another --output_dir, or delete it yourself.")
+    shutil.rmtree(output_dir)
+
+
+@releasing_output_dirs
 def run_quickstart(output_dir: str | Path, settings: QuickstartSettings | None = None) -> dict:
     """Build the corpus, train tokenizer and model, evaluate before and after, reload, translate; return the summary."""
     settings = settings or QuickstartSettings()

@@ -26,13 +26,17 @@
 - optionally reports validation loss and BLEU (`metrics.translation_compute_metrics`) every `eval_steps`;
 - saves the final model, tokenizer and generation config in `output_dir`, with a checksum manifest.
 
-Nothing is silent: a non-empty `output_dir` is refused before any work unless resuming or
-``--overwrite_output_dir``; a non-finite loss stops the run at once with the step and what to try
-(`TrainingDiverged`); resuming with other settings than the checkpoint's is refused; a full disk while
-saving says so and names the intact checkpoint.
+Nothing is silent: `output_dir` is claimed for the run (a second run into it is refused while this one
+works) and a non-empty one is refused before any work unless resuming or ``--overwrite_output_dir``; a
+non-finite loss stops the run at once with the step and what to try (`TrainingDiverged`); resuming is
+refused with other settings, another model config or other training data (by fingerprint) than the
+checkpoint's, from a checkpoint missing its manifest or training state, or from the run folder itself; a
+full disk while saving says so in one line and names the intact checkpoint.
 """
 
 import difflib
+import errno
+import hashlib
 import json
 import logging
 import math
@@ -67,20 +71,30 @@ from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs
 from .arguments import check_finite_number, check_positive_int
 from .batching import TokenBatchSampler
 from .checkpoints import (
+    WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
+    architecture,
     check_finite_weights,
+    check_tokenizer_fingerprint,
     complete_checkpoints,
+    config_changes,
+    describe_changes,
     load_saved_model,
     load_saved_tokenizer,
+    record_saved_folder,
 )
 from .data import UNKNOWN_SHARE_LIMIT, check_unknown_tokens, load_parallel_corpus, tokenize_pairs
 from .files import (
+    CHECKSUMS_NAME,
+    RECORD_COMMAND,
+    DiskFull,
     atomic_write_json,
+    claim_output_dir,
     is_no_space_error,
     prepare_output_dir,
+    releasing_output_dirs,
     set_threads,
     verify_checksums,
-    write_checksums,
 )
 from .metrics import translation_compute_metrics
 from .multilingual import (
@@ -299,7 +313,7 @@ class CheckpointRecordCallback(TrainerCallback):
                 raise TrainingDiverged(state.global_step, float("nan"), args) from error
         if args.should_save and checkpoint.is_dir():
             atomic_write_json(checkpoint / RUN_ARGUMENTS_NAME, self.run_arguments)
-            write_checksums(checkpoint)
+            record_saved_folder(checkpoint)
 
 
 class QuietProgressCallback(ProgressCallback):
@@ -411,6 +425,8 @@ def build_model_and_tokenizer(model_args: ModelArguments, language_pair: str | N
         if model.config.vocab_size != len(tokenizer):
             raise ValueError(f"The model has {model.config.vocab_size} embeddings but the tokenizer "
                              f"{len(tokenizer)} tokens: they do not belong together.")
+        if path.is_dir():  # a tokenizer of the same size can still be another one
+            check_tokenizer_fingerprint(path, json.loads(tokenizer.backend_tokenizer.to_str()), "--tokenizer_name_or_path")
     return model, tokenizer
 
 
@@ -456,12 +472,15 @@ def gradient_accumulation_for(target_tokens: int, max_tokens: int, world_size: i
     return max(1, math.ceil(target_tokens / (max_tokens * world_size)))
 
 
-def _resolve_resume(training_args: TranslationTrainingArguments) -> str | None:
+def _resolve_resume(training_args: TranslationTrainingArguments, sources: dict | None = None) -> str | None:
     """`resume_from_checkpoint`: None, "last"/"true" (newest complete checkpoint) or a checkpoint path.
 
-    Also prepares `output_dir` before any work: a new run needs it empty (or --overwrite_output_dir, which
-    deletes the old run's checkpoints), and it must be writable.
+    Also claims and prepares `output_dir` before any work: a new run needs it empty (or --overwrite_output_dir,
+    which deletes the old run's checkpoints, unless `sources` (flag -> path) are inside them), and it must be
+    writable.
     """
+    if training_args.should_save:
+        claim_output_dir(training_args.output_dir)  # first: another run still writing there is refused at once
     requested = training_args.resume_from_checkpoint
     if requested is not None and training_args.overwrite_output_dir:
         raise ValueError("--resume_from_checkpoint continues the run in --output_dir, --overwrite_output_dir deletes "
@@ -474,7 +493,9 @@ def _resolve_resume(training_args: TranslationTrainingArguments) -> str | None:
                              "--resume_from_checkpoint last to continue it, or choose another --output_dir.")
         if training_args.should_save:
             prepare_output_dir(training_args.output_dir, training_args.overwrite_output_dir)
-            for old in Path(training_args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+            old_checkpoints = list(Path(training_args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"))
+            _check_sources_kept(old_checkpoints, sources or {})
+            for old in old_checkpoints:
                 shutil.rmtree(old)  # another run's checkpoints must not be resumed or averaged with this one's
         return None
     if training_args.should_save:
@@ -482,11 +503,63 @@ def _resolve_resume(training_args: TranslationTrainingArguments) -> str | None:
     if str(requested).lower() in ("last", "true"):
         if existing is None:
             raise ValueError(f"--resume_from_checkpoint {requested}: {training_args.output_dir} has no complete checkpoint.")
-        requested = existing
+        requested = _newest_recorded(checkpoints)
     elif not (Path(requested) / "trainer_state.json").is_file():
         raise ValueError(f"--resume_from_checkpoint {requested}: not a complete checkpoint (no trainer_state.json).")
-    verify_checksums(requested)
+    check_resumable(Path(requested), training_args.output_dir)
     return str(requested)
+
+
+def _newest_recorded(checkpoints: list[Path]) -> Path:
+    """The newest checkpoint with its manifest: a run killed while writing one leaves the checkpoint before it whole
+    (said in the log). Without any, the newest (`check_resumable` then says what to do)."""
+    recorded = [checkpoint for checkpoint in checkpoints if (checkpoint / CHECKSUMS_NAME).is_file()]
+    if recorded and recorded[-1] != checkpoints[-1]:
+        logger.warning("Resuming from %s: the newer %s has no %s (deleted, or the run stopped while writing it).",
+                       recorded[-1].name, checkpoints[-1].name, CHECKSUMS_NAME)
+        return recorded[-1]
+    return checkpoints[-1]
+
+
+def _check_sources_kept(old_checkpoints: list[Path], sources: dict) -> None:
+    """Refuse to delete an old checkpoint that holds the model or tokenizer this run starts from."""
+    for checkpoint in old_checkpoints:
+        for flag, source in sources.items():
+            if source and Path(source).exists() and checkpoint.resolve() in (Path(source).resolve(),
+                                                                              *Path(source).resolve().parents):
+                raise ValueError(f"{flag} {source} is in {checkpoint}, which --overwrite_output_dir deletes before "
+                                 "training: copy it out of --output_dir first, or train into another --output_dir.")
+
+
+# What resuming reads besides the weights and trainer_state.json; the Trainer silently starts afresh without them.
+RESUME_STATE_FILES = ("optimizer.pt", "scheduler.pt")
+
+
+def check_resumable(checkpoint: Path, output_dir: str) -> None:
+    """Refuse a checkpoint that would resume as another run than the one saved, without a word from the Trainer: the
+    run folder itself (its final model, no optimizer state), a checkpoint without its manifest (its files cannot be
+    verified) or without the optimizer, schedule or RNG state (a fresh optimizer, warm-up again, other dropout)."""
+    name = f"--resume_from_checkpoint {checkpoint}"
+    checkpoints = complete_checkpoints(checkpoint)
+    if checkpoint.resolve() == Path(output_dir).resolve() or checkpoints:
+        newest = f" (its newest: {checkpoints[-1].name})" if checkpoints else ""
+        raise ValueError(f"{name} is a run folder, not one of its checkpoints{newest}: pass --resume_from_checkpoint "
+                         f"last or a checkpoint-N folder; to train its final model further, start a new run with "
+                         f"--model_name_or_path {checkpoint} in a new --output_dir.")
+    if not (checkpoint / CHECKSUMS_NAME).is_file():
+        raise ValueError(f"{name} has no {CHECKSUMS_NAME}, so its files cannot be verified (the file was deleted, or "
+                         f"the checkpoint was not completely written). If you trust them, record them with "
+                         f"{RECORD_COMMAND} {checkpoint}, then resume again; otherwise resume an earlier checkpoint.")
+    missing = [file for file in RESUME_STATE_FILES if not (checkpoint / file).is_file()]
+    missing += [] if list(checkpoint.glob("rng_state*.pth")) else ["rng_state.pth"]
+    missing += [] if (checkpoint / WEIGHTS_NAME).is_file() or (checkpoint / WEIGHTS_INDEX_NAME).is_file() \
+        else [WEIGHTS_NAME]
+    if missing:
+        raise ValueError(f"{name} lacks {', '.join(missing)}: resuming would silently restart the optimizer, the "
+                         "learning-rate schedule or the random state, i.e. another run. Restore the files, resume an "
+                         f"earlier checkpoint, or start a new run from its weights (--model_name_or_path {checkpoint}) "
+                         "in a new --output_dir.")
+    verify_checksums(checkpoint)
 
 
 RUN_ARGUMENTS_NAME = "run_arguments.json"
@@ -513,14 +586,15 @@ def check_resume_matches(checkpoint: str, arguments: dict, model) -> None:
     recorded_path = checkpoint / RUN_ARGUMENTS_NAME
     if recorded_path.is_file():
         recorded = json.loads(recorded_path.read_text(encoding="utf-8"))
-        changed = [name for name in recorded if name in arguments and recorded[name] != arguments[name]]
+        changed = [name for name in recorded if name in arguments and _differs(recorded[name], arguments[name])]
         if changed:
-            before = ", ".join(f"{name}={recorded[name]}" for name in changed)
-            now = ", ".join(f"{name}={arguments[name]}" for name in changed)
+            before = ", ".join(_recorded_value(name, recorded[name], arguments[name]) for name in changed)
+            now = ", ".join(f"{name}={arguments[name]}" for name in changed if not isinstance(arguments[name], dict))
             raise ValueError(
                 f"--resume_from_checkpoint {checkpoint.name}: it was trained with {before} but this command gives "
-                f"{now}. A resumed run keeps the checkpoint's optimizer, schedule and batches, so pass the same "
-                f"values, or start a new run from its weights (--model_name_or_path {checkpoint}) in a new --output_dir.")
+                f"{now or 'another one'}.{DATA_CHANGED if 'training_data' in changed else ''} A resumed run keeps the "
+                f"checkpoint's optimizer, schedule and batches, so pass the same values, or start a new run from its "
+                f"weights (--model_name_or_path {checkpoint}) in a new --output_dir.")
     weights_path = checkpoint / WEIGHTS_NAME
     if weights_path.is_file():
         shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
@@ -534,6 +608,42 @@ def check_resume_matches(checkpoint: str, arguments: dict, model) -> None:
                         "--config_overrides, or train into a new --output_dir.")
 
 
+DATA_CHANGED = (" The training corpus (or the tokenizer) changed since the checkpoint was saved: restore it to resume"
+                " this run.")
+
+
+def _differs(recorded, current) -> bool:
+    if isinstance(recorded, dict) and isinstance(current, dict):  # a config: another transformers may add fields
+        return bool(config_changes(recorded, current))
+    return recorded != current
+
+
+def _recorded_value(name: str, recorded, current) -> str:
+    if isinstance(recorded, dict) and isinstance(current, dict):  # a config: name the fields that changed
+        return f"another {name} ({describe_changes(recorded, current)})"
+    return f"{name}={recorded}"
+
+
+def run_fingerprints(model, train_dataset) -> dict:
+    """What a checkpoint records besides the arguments, compared when resuming: the model's config (a config file
+    edited in place keeps its path) and a digest of the tokenized training data (a corpus changed in place too)."""
+    return {"model_config": architecture(model.config.to_dict()),
+            "training_data": training_data_fingerprint(train_dataset)}
+
+
+def training_data_fingerprint(dataset) -> str:
+    """ "N pairs, token ids sha256 ..." over the source and target ids in order, chunk by chunk (the same however
+    Arrow chunked them; a few seconds for WMT14's 4.5M pairs, once per run)."""
+    table = dataset.select_columns(["input_ids", "labels"]).with_format("arrow")[:]
+    lengths, ids = hashlib.sha256(), hashlib.sha256()  # two streams: each is the hash of its concatenation
+    for name in ("input_ids", "labels"):
+        for chunk in table[name].chunks:
+            lengths.update(pc.list_value_length(chunk).to_numpy(zero_copy_only=False).astype("int32").tobytes())
+            ids.update(chunk.flatten().to_numpy(zero_copy_only=False).astype("int32").tobytes())
+    digest = hashlib.sha256(lengths.digest() + ids.digest()).hexdigest()
+    return f"{len(dataset)} pairs, token ids sha256 {digest[:16]}"
+
+
 def load_tokenized_split(data_args: DataArguments, tokenizer, split: str, source: str, max_pairs: int | None,
                          max_length: int | None):
     pairs = load_parallel_corpus(source, data_args.source_lang, data_args.target_lang, split, max_pairs=max_pairs,
@@ -542,6 +652,7 @@ def load_tokenized_split(data_args: DataArguments, tokenizer, split: str, source
                           add_language_tag=data_args.add_language_tag, num_proc=data_args.preprocessing_num_workers)
 
 
+@releasing_output_dirs
 def train_translation(model_args: ModelArguments, data_args: DataArguments, training_args: TranslationTrainingArguments,
                       callbacks: list[TrainerCallback] | None = None) -> TokenBatchSeq2SeqTrainer:
     """Train (or resume) a translation model and save it in `training_args.output_dir`; return the Trainer.
@@ -553,7 +664,8 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
         raise ValueError("Leave --label_smoothing_factor at 0: the model applies its config's `label_smoothing`"
                          " (0.1 by default); set it with --config_overrides label_smoothing=...")
     set_threads(model_args.threads)
-    resume = _resolve_resume(training_args)
+    resume = _resolve_resume(training_args, {"--model_name_or_path": model_args.model_name_or_path,
+                                             "--tokenizer_name_or_path": model_args.tokenizer_name_or_path})
     _log_to_file(training_args)
     set_seed(training_args.seed)
     if data_args.language_pairs:
@@ -616,7 +728,7 @@ def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_ar
     logger.info("Model: %s, %.2fM parameters; %d training pairs; %d-token batches x %d accumulation x %d processes.",
                 model.config.model_type, model.num_parameters() / 1e6, len(train_dataset), data_args.max_tokens,
                 training_args.gradient_accumulation_steps, training_args.world_size)
-    arguments = run_arguments(model_args, data_args, training_args)
+    arguments = {**run_arguments(model_args, data_args, training_args), **run_fingerprints(model, train_dataset)}
     if resume is not None:
         check_resume_matches(resume, arguments, model)
     trainer = TokenBatchSeq2SeqTrainer(
@@ -634,25 +746,25 @@ def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_ar
         trainer.add_callback(QuietProgressCallback)
     try:
         result = trainer.train(resume_from_checkpoint=resume)
-    except OSError as error:
+        check_finite_weights(model, f"The model after step {trainer.state.global_step}")
+        trainer.save_model()
+        trainer.log_metrics("train", result.metrics)
+        trainer.save_metrics("train", result.metrics)
+        trainer.save_state()  # trainer_state.json with the whole log history, beside the final model
+        if training_args.should_save:
+            record_saved_folder(training_args.output_dir)
+    except Exception as error:  # torch and the Rust writers report a full disk with errors of their own
         if not is_no_space_error(error):
             raise
-        raise OSError(error.errno, _no_space_message(training_args.output_dir, trainer.state.global_step)) from error
-    check_finite_weights(model, f"The model after step {trainer.state.global_step}")
-    trainer.save_model()
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    trainer.save_state()  # trainer_state.json with the whole log history, beside the final model
-    if training_args.should_save:
-        write_checksums(training_args.output_dir)
+        raise DiskFull(errno.ENOSPC, _no_space_message(training_args.output_dir, trainer.state.global_step)) from error
     return trainer
 
 
 def _no_space_message(output_dir: str, step: int) -> str:
     """Say that the disk is full, remove the unfinished checkpoint (it frees space), name the intact one."""
     unfinished = Path(output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
-    if unfinished.is_dir() and not (unfinished / "trainer_state.json").is_file():
-        shutil.rmtree(unfinished, ignore_errors=True)
+    if unfinished.is_dir() and not all((unfinished / name).is_file() for name in ("trainer_state.json", CHECKSUMS_NAME)):
+        shutil.rmtree(unfinished, ignore_errors=True)  # its manifest comes last: without it, it is not whole
     checkpoints = complete_checkpoints(output_dir)
     intact = (f"the earlier checkpoint {checkpoints[-1]} is intact: free space, then --resume_from_checkpoint last"
               if checkpoints else "no earlier checkpoint exists")

@@ -10,8 +10,6 @@ files outside the output directory. The work is done by `nmt_toolkit.quickstart.
 
 import argparse
 import logging
-import shutil
-from pathlib import Path
 
 import torch
 
@@ -19,6 +17,7 @@ from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.quickstart import (
     QuickstartSettings,
+    clear_quickstart_output,
     format_summary,
     run_quickstart,
 )
@@ -28,7 +27,8 @@ from nmt_toolkit.training import TqdmLoggingHandler
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default="quickstart-output")
-    parser.add_argument("--overwrite", action="store_true", help="Delete --output_dir first if it exists.")
+    parser.add_argument("--overwrite", action="store_true", help=(
+        "Delete an earlier quickstart's --output_dir first (a folder holding other files is refused)."))
     parser.add_argument("--max_steps", type=positive_int, default=QuickstartSettings.max_steps)
     parser.add_argument("--threads", type=positive_int, default=1, help=(
         "torch threads. The model is small: a second thread gains little on 2 dedicated cores and, when other "
@@ -38,8 +38,8 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     # Through tqdm, so that log lines do not break into the progress bars.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", handlers=[TqdmLoggingHandler()])
-    if args.overwrite and Path(args.output_dir).exists():
-        shutil.rmtree(args.output_dir)
+    if args.overwrite:
+        clear_quickstart_output(args.output_dir)  # an earlier quickstart's output only
     summary = run_quickstart(args.output_dir, QuickstartSettings(max_steps=args.max_steps, bf16=args.bf16))
     print("\n" + format_summary(summary))
 

@@ -21,7 +21,7 @@ from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.checkpoints import save_pretrained_atomically
 from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer, train_sentence_tokenizer
-from nmt_toolkit.files import prepare_output_dir
+from nmt_toolkit.files import check_inputs_outside, prepare_output_dir
 from nmt_toolkit.multilingual import balanced_sentences, language_tag, load_multilingual_corpus, parse_sources
 
 
@@ -50,6 +50,8 @@ def main(argv=None):
     if not args.language_pairs and not (args.source_lang and args.target_lang):
         parser.error("Pass --source_lang and --target_lang, or --language_pairs.")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    more = [source.partition("=")[0] for source in args.more_datasets]
+    check_inputs_outside(args.output_dir, {"--dataset": args.dataset, "--more_datasets": more})  # it is replaced whole
     prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before reading and training, not after
 
     settings = {"merges": args.merges, "min_frequency": args.min_frequency, "model_max_length": args.model_max_length}

@@ -260,6 +260,9 @@ def test_a_tokenizer_folder_missing_files_is_named(saved, tmp_path):
 
 def test_averaging_verifies_checksums_and_refuses_non_finite_checkpoints(saved, tmp_path):
     first, second = copy_of(saved[0], tmp_path / "checkpoint-1"), copy_of(saved[0], tmp_path / "checkpoint-2")
+    later = {name: tensor + 0.5 for name, tensor in load_file(second / "model.safetensors").items()}  # another step
+    save_file(later, second / "model.safetensors", metadata={"format": "pt"})
+    write_checksums(second)
     averaged = average_checkpoints([first, second], tmp_path / "avg")
     assert verify_checksums(averaged)
     (second / "tokenizer.json").write_text("{}")

@@ -38,7 +38,7 @@ from safetensors import safe_open
 from ..checkpoints import complete_checkpoints
 from ..data import load_parallel_corpus
 from ..evaluation import paired_bootstrap, read_lines
-from ..files import atomic_directory, atomic_write_json, atomic_write_text
+from ..files import atomic_directory, atomic_write_json, atomic_write_text, claim_output_dir, releasing_output_dirs
 from .plotting import plot_bleu_intervals, plot_training
 
 logger = logging.getLogger(__name__)
@@ -129,6 +129,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
                       average_last=average_last, evaluation=spec.get("evaluation", {}), runs=runs)
 
 
+@releasing_output_dirs
 def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | None = None,
                     record_dir: str | os.PathLike | None = None, threads: int | None = None,
                     only: list[str] | None = None, table: bool = True, table_so_far: bool = False) -> list[str]:
@@ -142,6 +143,8 @@ def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | Non
     experiment = load_experiment(path)
     output_dir = Path(output_dir or Path("runs") / "experiments" / experiment.name)
     record_dir = Path(record_dir or default_record_dir(experiment))
+    claim_output_dir(output_dir)  # one campaign at a time: a second would train and delete the same runs
+    claim_output_dir(record_dir)
     selected = [run for run in experiment.runs if not only or run.name in only]
     if only and len(selected) != len(set(only)):
         unknown = sorted(set(only) - {run.name for run in experiment.runs})
