@@ -13,6 +13,8 @@ WMT14 En-De setup (35,603 tokens). Invalid values raise ``ValueError`` naming th
 """
 
 import difflib
+import re
+import sys
 from dataclasses import dataclass, field, fields
 
 from transformers import PreTrainedConfig
@@ -23,6 +25,7 @@ logger = logging.get_logger(__name__)
 # The special token ids of every family tokenizer (`tokenization_dwlstm.SPECIAL_TOKENS` is in this order)
 # and the config defaults; the decoder starts from the pad id, as in Marian.
 BOS_ID, PAD_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+DIRECTION_TASK = re.compile(r"translation_.+_to_.+")  # translation_en_to_de: the pipeline reads the languages from it
 
 
 def check_choice(name: str, value, allowed: tuple):
@@ -51,6 +54,9 @@ class FamilyMember:
     name: str  # the card's "A {name} translation model"
     citations: tuple[str, ...]  # BibTeX entries
     card_fields: tuple[str, ...] = ()  # the member's own config fields, shown after the shared ones
+    # Its projections beyond the attention's (modeling_translation.ATTENTION_PROJECTIONS), by the names PEFT's LoRA
+    # `target_modules` matches; which of them a model has can depend on its options.
+    projections: tuple[str, ...] = ()
     presets: dict = field(default_factory=dict)  # hub_configs/ name -> config fields (paper_configs)
     hub_depths: dict = field(default_factory=dict)  # preset -> [(size, encoder, decoder layers)]; default every size x depth
 
@@ -116,6 +122,8 @@ class TranslationTransformerConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         self._reject_misspelled_fields(kwargs)
+        if kwargs.get("custom_pipelines"):
+            kwargs["custom_pipelines"] = pipelines_not_served_in_process(kwargs["custom_pipelines"])
         if self.decoder_start_token_id is None:
             self.decoder_start_token_id = self.pad_token_id
         if self.language_pairs is None:
@@ -123,6 +131,24 @@ class TranslationTransformerConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.check_values()
         self._warn_unused_fields()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """`PreTrainedConfig.from_pretrained`, which `pipeline(task, model=...)` calls for remote code (the task
+        comes as `_from_pipeline`). A direction task the saved `custom_pipelines` does not list
+        ("translation_de_to_fr") is added to this config, so that transformers hands it to the model's own
+        pipeline, which translates it or names the directions the model has, instead of answering that
+        transformers removed the task."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        config = loaded[0] if isinstance(loaded, tuple) else loaded  # (config, unused) with return_unused_kwargs
+        config.route_direction_task(kwargs.get("_from_pipeline"))
+        return loaded
+
+    def route_direction_task(self, task: str | None):
+        """Serve `task` ("translation_xx_to_yy") with the pipeline that serves "translation" in `custom_pipelines`."""
+        pipelines = getattr(self, "custom_pipelines", None) or {}
+        if isinstance(task, str) and DIRECTION_TASK.fullmatch(task) and "translation" in pipelines and task not in pipelines:
+            self.custom_pipelines = {**pipelines, task: dict(pipelines["translation"])}
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -179,7 +205,24 @@ class TranslationTransformerConfig(PreTrainedConfig):
                 raise ValueError(f"`language_pairs` entries look like 'en-de', got {pair!r}.")
 
 
+def pipelines_not_served_in_process(custom_pipelines: dict) -> dict:
+    """`custom_pipelines` without the translation tasks, when this process's pipeline registry serves "translation"
+    (`import modeling_dwlstm` registers it): transformers demands `trust_remote_code` for every task listed there,
+    even one it could serve with the package's own pipeline. The model's direction tasks ("translation_en_to_de")
+    become aliases of "translation", as `register_translation_pairs` makes them. A process without the package
+    keeps every entry."""
+    pipelines = sys.modules.get("transformers.pipelines")  # not imported: nothing registered, and no import cost
+    registry = getattr(pipelines, "PIPELINE_REGISTRY", None)
+    if registry is None or "translation" not in registry.supported_tasks:
+        return custom_pipelines
+    for task in custom_pipelines:
+        if DIRECTION_TASK.fullmatch(task):
+            registry.task_aliases.setdefault(task, "translation")
+    return {task: entry for task, entry in custom_pipelines.items()
+            if task != "translation" and registry.task_aliases.get(task) != "translation"}
+
+
 __all__ = [
     "BOS_ID", "PAD_ID", "EOS_ID", "UNK_ID", "FamilyMember", "TranslationTransformerConfig",
-    "check_choice", "check_int", "check_probability",
+    "check_choice", "check_int", "check_probability", "pipelines_not_served_in_process",
 ]

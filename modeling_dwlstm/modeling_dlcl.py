@@ -143,6 +143,7 @@ MEMBER = FamilyMember(
     name="Transformer with dynamic linear combination of layers (DLCL; Wang et al. 2019)",
     citations=(WANG_2019,),
     card_fields=("norm_position", "dlcl_weights", "dlcl_layer_norm"),
+    projections=("fc1", "fc2"),  # the FFN
     presets={"dlcl-prenorm": {"norm_position": "pre"}, "dlcl-postnorm": {"norm_position": "post"}},
     hub_depths={"dlcl-prenorm": [("base", 6, 6), ("base", 30, 6)], "dlcl-postnorm": [("base", 6, 6), ("base", 20, 6)]},
 )

@@ -391,6 +391,7 @@ MEMBER = FamilyMember(
     name="Transformer with depth-wise LSTMs (Xu et al.)",
     citations=(XU_2024, XU_2020),
     card_fields=("lstm_hidden", "lstm_activation", "share_gates", "share_hidden", "decoder_merge"),
+    projections=("gates", "fc1", "fc2", "projection"),  # gates; the hidden computation: fc1, fc2 (ffn, glu) or projection (linear)
     presets={"dwlstm": {}},
 )
 

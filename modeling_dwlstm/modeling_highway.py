@@ -172,6 +172,7 @@ MEMBER = FamilyMember(
     name="highway Transformer with self-dependency units (Chai et al. 2020)",
     citations=(CHAI_2020, VASWANI_2017),
     card_fields=("highway_variant", "sdu_gate", "sdu_layers", "sdu_ffn"),
+    projections=("gate", "transform", "fc1", "fc2"),  # the gated units (gate, transform); the FFN
     presets={"highway-sdu": {"highway_variant": "sdu", "sdu_gate": "sigmoid"},
              "highway-sdu-attention": {"highway_variant": "sdu", "sdu_gate": "sigmoid", "sdu_ffn": False}},
     # Chai et al. 2020, Table 5's "\FFN" ablation (SDUs on the attention sub-layers only) at the base size.

@@ -194,6 +194,7 @@ MEMBER = FamilyMember(
     name="residual Transformer (Vaswani et al. 2017; Wang et al. 2019)",
     citations=(VASWANI_2017, WANG_2019),
     card_fields=("norm_position",),
+    projections=("fc1", "fc2"),  # the FFN
     presets={"residual-postnorm": {"norm_position": "post"}, "residual-prenorm": {"norm_position": "pre"}},
 )
 

@@ -82,6 +82,7 @@ MEMBER = FamilyMember(
     generation_class=ReZeroTransformerForConditionalGeneration,
     name="ReZero Transformer (Bachlechner et al. 2020)",
     citations=(BACHLECHNER_2020, VASWANI_2017),
+    projections=("fc1", "fc2"),  # the FFN
     presets={"rezero": {}},
 )
 

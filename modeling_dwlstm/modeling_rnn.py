@@ -106,6 +106,7 @@ MEMBER = FamilyMember(
     name="depth-wise RNN Transformer (Xu et al., the depth-wise LSTM without gates or cell)",
     citations=(XU_2024, XU_2020),
     card_fields=("lstm_hidden", "lstm_activation", "share_hidden", "decoder_merge"),
+    projections=("fc1", "fc2", "projection"),  # the hidden computation: fc1, fc2 (ffn, glu) or projection (linear)
     presets={"depthwise-rnn": {}},
 )
 

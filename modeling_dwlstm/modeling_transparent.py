@@ -105,6 +105,7 @@ MEMBER = FamilyMember(
     name="Transformer with transparent attention (Bapna et al. 2018)",
     citations=(BAPNA_2018, VASWANI_2017),
     card_fields=("norm_position",),
+    projections=("fc1", "fc2"),  # the FFN
     presets={"transparent-attention": {}},
     hub_depths={"transparent-attention": [("base", 6, 6), ("base", 16, 6)]},
 )

@@ -5,9 +5,10 @@ Two ways to get it:
 - In-process: `import modeling_dwlstm` calls `register_translation_pipeline()`, after which
   `pipeline("translation", model=..., tokenizer=...)` and `pipeline("translation_en_to_de", ...)` work
   as in transformers 4.
-- Anywhere: `save_pretrained` of the models writes `custom_pipelines` into `config.json` and copies
-  this file beside the weights, so `pipeline("translation", model=dir, trust_remote_code=True)` works
-  in a process that cannot import modeling_dwlstm.
+- Anywhere: `save_pretrained` of the models writes `custom_pipelines` (`translation_pipeline_entries`)
+  into `config.json` and this file beside the weights (it is part of the model's code), so
+  `pipeline("translation", model=dir, trust_remote_code=True)` works in a process that cannot import
+  modeling_dwlstm.
 
 Because of the second use this file is loaded as standalone remote code: it imports only from
 `transformers`, `torch` and the standard library, and importing it registers nothing.
@@ -53,7 +54,9 @@ class TranslationPipeline(Pipeline):
     target languages) needs a target language, and refuses with a
     `ValueError` naming its languages and trained directions a target without a tag or a source outside its
     languages; directions between two of its languages it was not trained on (zero-shot) are allowed. One
-    call may mix directions: give inputs as `{"text": ..., "tgt_lang": ..., "src_lang": ...}` dicts.
+    call may mix directions: give inputs as `{"text": ..., "tgt_lang": ..., "src_lang": ...}` dicts. Any other
+    model whose config names its `language_pairs` refuses a direction outside them, naming them. A task that
+    names a direction (`translation_de_to_fr`) is checked when the pipeline is created.
     """
 
     _pipeline_calls_generate = True
@@ -64,6 +67,12 @@ class TranslationPipeline(Pipeline):
     _load_tokenizer = True
     # transformers 4's defaults for this pipeline; the papers decode with beam 4 as well.
     _default_generation_config = GenerationConfig(max_new_tokens=256, num_beams=4)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        src_lang, tgt_lang = languages_from_task(self.task)
+        if tgt_lang is not None:  # a task such as translation_de_to_fr: refused now rather than at the first call
+            self._check_direction(src_lang, tgt_lang)
 
     def __call__(self, inputs, **kwargs):
         """Translate a text or a list of texts; see the class docstring for the output shape.
@@ -153,11 +162,18 @@ class TranslationPipeline(Pipeline):
         ]
 
     def _check_direction(self, src_lang: str | None, tgt_lang: str | None) -> None:
-        """For a multilingual model: a target with a tag, a source among the model's languages (see the class)."""
+        """A multilingual model: a target with a tag, a source among the model's languages; any other model with
+        `language_pairs`: one of them (see the class)."""
         tagged = self._tagged_languages()
         pairs = list(getattr(self.model.config, "language_pairs", None) or [])
-        if not tagged or len({pair.split("-")[-1] for pair in pairs}) < 2:
-            return  # one target language (a bilingual model): nothing to choose
+        if tagged and len({pair.split("-")[-1] for pair in pairs}) >= 2:
+            self._check_multilingual_direction(src_lang, tgt_lang, tagged, pairs)
+        elif pairs:
+            _check_trained_direction(src_lang, tgt_lang, pairs)
+
+    @staticmethod
+    def _check_multilingual_direction(src_lang: str | None, tgt_lang: str | None, tagged: list[str],
+                                      pairs: list[str]) -> None:
         languages = sorted(set(tagged) | {code for pair in pairs for code in pair.split("-")})
         supported = (f"it translates into {sorted(tagged)} from {languages} (trained directions: {pairs or 'unknown'}; "
                      "others between these languages are zero-shot)")
@@ -181,6 +197,29 @@ class TranslationPipeline(Pipeline):
             return None
         tag_id = self.tokenizer.convert_tokens_to_ids(f"<2{language}>")
         return None if tag_id is None or tag_id == self.tokenizer.unk_token_id else tag_id
+
+
+def _check_trained_direction(src_lang: str | None, tgt_lang: str | None, pairs: list[str]) -> None:
+    """A model with one target language translates only the directions its config's `language_pairs` name: it has
+    no tag to steer it elsewhere, so another target (or source) would silently get its own target language."""
+    sources, targets = {pair.split("-")[0] for pair in pairs}, {pair.split("-")[1] for pair in pairs}
+    if src_lang is not None and tgt_lang is not None:
+        known = f"{src_lang}-{tgt_lang}" in pairs
+    else:
+        known = (src_lang is None or src_lang in sources) and (tgt_lang is None or tgt_lang in targets)
+    if not known:
+        raise ValueError(f"Unsupported direction {src_lang or '?'} to {tgt_lang or '?'}: this model translates "
+                         f"{pairs} (its config's language_pairs); use the task 'translation' or "
+                         f"'translation_{pairs[0].replace('-', '_to_')}'.")
+
+
+def translation_pipeline_entries(language_pairs: Iterable[str]) -> dict:
+    """`custom_pipelines` entries of a saved model's config: "translation" and one "translation_xx_to_yy" per
+    language pair ("en-de"), each naming this file's `TranslationPipeline`."""
+    entry = {"impl": f"{__name__.rsplit('.', 1)[-1]}.{TranslationPipeline.__name__}", "pt": ["AutoModelForSeq2SeqLM"],
+             "type": "text"}
+    tasks = ["translation"] + [f"translation_{pair.replace('-', '_to_')}" for pair in language_pairs]
+    return {task: dict(entry) for task in tasks}
 
 
 def languages_from_task(task: str) -> tuple[str | None, str | None]:

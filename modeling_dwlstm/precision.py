@@ -16,7 +16,7 @@ trust_remote_code=True, dtype=torch.bfloat16)` loads the weights in bfloat16.)
 
 What each option does:
 
-- dtype "bfloat16": every parameter and buffer cast to bfloat16 (casting the weights was faster than
+- dtype "bfloat16" (or torch.bfloat16): every parameter and buffer cast to bfloat16 (casting the weights was faster than
   `torch.autocast` for every model we measured, and it halves the memory). LayerNorm, softmax and attention
   then run in bfloat16 too; `generate()` scores beams on float32 copies of the logits. Only CPUs with native
   bfloat16 (avx512_bf16, AMX) gain speed; elsewhere it can be slower than float32 (docs/speed.md).
@@ -106,9 +106,9 @@ def fbgemm_available() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines
 
 
-def prepare_for_inference(model: nn.Module, dtype: str = "float32", quantize: str = "none",
+def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32", quantize: str = "none",
                           quantize_output_projection: bool = True, allow_slow: bool = False) -> nn.Module:
-    """Cast `model` to `dtype` ("float32" or "bfloat16") and, with quantize="int8", quantise every
+    """Cast `model` to `dtype` ("float32" or "bfloat16", or the torch dtype: torch.bfloat16) and, with quantize="int8", quantise every
     `nn.Linear` to int8 (W8A8, dynamic; the output projection too unless `quantize_output_projection`
     is False), by the int8 route that is fast on this CPU (`int8_route`). Changes `model` in place, puts it in
     eval mode and returns it. bfloat16 on a CPU without native bfloat16 is refused (it would decode several
@@ -118,28 +118,38 @@ def prepare_for_inference(model: nn.Module, dtype: str = "float32", quantize: st
     if any(is_quantized(module) for module in linear_modules(model)):
         raise ValueError("The model is already quantised: prepare a freshly loaded model (float32 or bfloat16).")
     model.eval()
-    model.to(DTYPES[dtype])
+    model.to(torch_dtype(dtype))
     if quantize == "int8":
         quantize_int8(model, quantize_output_projection)
     return model
 
 
-def check_precision(dtype: str, quantize: str, device: str = "cpu", allow_slow: bool = False) -> None:
+def check_precision(dtype: str | torch.dtype, quantize: str, device: str = "cpu", allow_slow: bool = False) -> None:
     """A one-line ValueError for an unknown dtype or quantisation, or for one that would be slower than float32 on
     this CPU (bfloat16 without native bfloat16, unless `allow_slow`; int8 without a fast int8 kernel)."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}.")
+    dtype = torch_dtype(dtype)
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZATIONS)}, got {quantize!r}.")
     if device != "cpu":
         return
     features = cpu_features()
-    if dtype == "bfloat16" and not features.native_bfloat16 and not allow_slow:
+    if dtype == torch.bfloat16 and not features.native_bfloat16 and not allow_slow:
         raise ValueError(f"bfloat16 would decode several times slower than float32 on this CPU ({features.describe()}; "
                          "bfloat16 is fast only with AVX-512 BF16 or AMX). Use float32, or int8 (quantize='int8', "
                          "--quantize int8), which is fast here.")
     if quantize == "int8":
         int8_route(features)
+
+
+def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """The torch dtype that `dtype` names: "bfloat16" and torch.bfloat16 alike (scripts pass names, PyTorch code
+    passes dtypes)."""
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return DTYPES[dtype]
+    raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (as a name or as torch.{'/torch.'.join(DTYPES)}), "
+                     f"got {dtype!r}.")
 
 
 class Int8Projection:
@@ -240,4 +250,4 @@ def is_quantized(module: nn.Linear) -> bool:
 
 __all__ = ["DTYPES", "INT8_ROUTES", "QUANTIZATIONS", "CpuFeatures", "FbgemmInt8Projection", "Int8Projection",
            "check_precision", "cpu_features", "cpu_has_vnni", "int8_route", "prepare_for_inference", "quantize_int8",
-           "linear_modules", "is_quantized"]
+           "linear_modules", "is_quantized", "torch_dtype"]

@@ -15,8 +15,11 @@ and its ``test`` split newstest2014. WMT15 Cs-En validates on newstest2013 (the 
 newstest2014) and tests on newstest2015 (``test``). Ask for ``"validation"`` to get the Hub's split; for
 the exact papers' validation sets use a local folder.
 
-Local files are checked strictly, since a silent misalignment ruins a model: mismatched line counts,
-empty sides, missing languages and unreadable files raise a ValueError naming the file and the line.
+Local files are checked strictly, since a silent misalignment ruins a model: mismatched line counts (also
+with `max_pairs`: both files are read to the end), empty sides, missing languages, lone-CR line ends and
+unreadable files raise a ValueError naming the file and the line; a UTF-8 byte-order mark is dropped. A path
+that does not exist is not looked up on the Hub unless it is shaped like a Hub id and the Hub answers.
+`check_unknown_tokens` refuses training pairs that the tokenizer cannot spell (too many ``<unk>``).
 Hub datasets cannot be fixed by the user, so their (few) empty pairs are dropped and counted in the log.
 
 `tokenize_pairs` turns the pairs into ``input_ids`` / ``labels`` and drops the pairs longer than
@@ -31,10 +34,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import datasets
+import pyarrow.compute as pc
 
 from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
 
-from .files import strip_line_end
+from .files import BYTE_ORDER_MARK, check_hub_reachable, check_line_ends, looks_like_hub_id, strip_line_end
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +86,16 @@ def load_parallel_corpus(
     elif path.is_file() or str(source).endswith(JSON_LINES_SUFFIXES):
         pairs = _read_json_lines(path, languages, max_pairs)
     else:
+        _check_hub_name(str(source))
         return _load_hub_corpus(str(source), languages, split, max_pairs, hub_config)
     return pairs_to_dataset(pairs, languages)
+
+
+def _check_hub_name(name: str) -> None:
+    """Refuse a name shaped like a local path ("data/multi30k/en", "./m30k") that does not exist, before
+    `datasets` asks the Hub for it (which can take a minute to fail)."""
+    if ("/" in name or name.startswith((".", "~"))) and not looks_like_hub_id(name):
+        raise ValueError(f"{name}: no such folder or file (a Hub dataset id looks like 'user/name'). Check the path.")
 
 
 def pairs_to_dataset(pairs: list[dict[str, str]], languages: tuple[str, str]) -> datasets.Dataset:
@@ -147,6 +159,46 @@ def filter_long_pairs(dataset: datasets.Dataset, max_length: int | None = 256, n
     return kept
 
 
+UNKNOWN_SHARE_LIMIT = 0.01  # more <unk> tokens than this in a language: the tokenizer was made for other text
+
+
+def check_unknown_tokens(dataset: datasets.Dataset, tokenizer, limit: float = UNKNOWN_SHARE_LIMIT,
+                         languages: tuple[str | None, str | None] = (None, None), flag: str = "max_unknown_share"):
+    """Refuse tokenized pairs where more than `limit` of a language's tokens are `<unk>`; warn about fewer.
+
+    A tokenizer trained on other text (or a corpus in another script) turns whole words into `<unk>`: the model
+    then learns to write `<unk>`, silently. Each side is checked per direction (the ``direction`` column of a
+    multilingual dataset, else `languages`).
+    """
+    unknown_id = tokenizer.unk_token_id
+    if unknown_id is None or len(dataset) == 0:
+        return
+    table = dataset.with_format("arrow")[:]
+    if "direction" in table.column_names:
+        groups = {name: table.filter(pc.equal(table["direction"], name)) for name in pc.unique(table["direction"])
+                  .to_pylist()}
+    else:
+        groups = {"-".join(code or "?" for code in languages): table}
+    for direction, rows in groups.items():
+        for column, language in zip(("input_ids", "labels"), direction.split("-")):
+            tokens = pc.list_flatten(rows[column])
+            unknown = pc.sum(pc.equal(tokens, unknown_id)).as_py() or 0
+            _report_unknown(unknown, len(tokens), language, direction, limit, flag)
+
+
+def _report_unknown(unknown: int, total: int, language: str, direction: str, limit: float, flag: str) -> None:
+    if not unknown:
+        return
+    side = "source" if direction.startswith(f"{language}-") else "target"
+    share = unknown / total
+    found = (f"{share:.1%} of the {language} ({side}) tokens of the {direction} training pairs are <unk> "
+             f"({unknown:,} of {total:,})")
+    if share > limit:
+        raise ValueError(f"{found}: the tokenizer cannot spell this language (it was trained on other text). Train "
+                         f"a tokenizer on this corpus (scripts/train_tokenizer.py), or pass {flag} 1 to train anyway.")
+    logger.warning("%s: the model learns to write <unk> where the tokenizer lacks characters.", found)
+
+
 def train_corpus_tokenizer(
     corpora: Sequence[datasets.Dataset],
     languages: Sequence[str],
@@ -195,16 +247,18 @@ def corpus_sentences(corpora: Sequence[datasets.Dataset], languages: Sequence[st
 
 
 def _read_folder(folder: Path, split: str, languages: tuple[str, str], max_pairs: int | None) -> list[dict]:
+    """The first `max_pairs` pairs (all by default). Both files are read to the end even then: a file with a line
+    too many or too few is misaligned from some line on, perhaps from the first, and must not be used."""
     source_path, target_path = (_text_file(folder, split, language) for language in languages)
     pairs = []
     source_lines, target_lines = _numbered_lines(source_path), _numbered_lines(target_path)
     for (number, source_text), (_, target_text) in _aligned(source_lines, target_lines, source_path, target_path):
+        if len(pairs) == max_pairs:
+            continue  # only counting now
         for path, text in ((source_path, source_text), (target_path, target_text)):
             if not text.strip():
                 raise ValueError(f"{path}, line {number}: the sentence is empty. Remove the pair from both files.")
         pairs.append({languages[0]: source_text, languages[1]: target_text})
-        if len(pairs) == max_pairs:
-            break
     if not pairs:
         raise ValueError(f"{source_path} and {target_path} hold no sentence pairs.")
     return pairs
@@ -227,17 +281,23 @@ def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number from 1, text without the newline); unreadable files raise a ValueError naming the line.
 
     Lines are decoded one by one (not by a buffered text reader) so that a decoding error names its own line.
+    A UTF-8 byte-order mark (Windows editors) is not part of the first line. A file whose lines end in lone
+    carriage returns (old Mac style) is refused when read to its end (`check_line_ends`): it would be one line.
     """
-    number = 0
+    number, line_ends, lone_returns = 0, 0, 0
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as lines:
             for number, line in enumerate(lines, start=1):
-                yield number, strip_line_end(line.decode("utf-8"))  # the one rule: see files.py
+                line_ends += line.endswith(b"\n")
+                lone_returns += line.count(b"\r") - line.endswith(b"\r\n")
+                text = strip_line_end(line.decode("utf-8"))  # the one rule: see files.py
+                yield number, text.removeprefix(BYTE_ORDER_MARK) if number == 1 else text
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}, line {number}: not valid UTF-8 ({error.reason}).") from error
     except (OSError, EOFError) as error:  # permissions, a truncated or non-gzip .gz file
         raise ValueError(f"{path}: cannot be read after line {number} ({error}).") from error
+    check_line_ends(path, line_ends, lone_returns)
 
 
 def _aligned(source_lines, target_lines, source_path: Path, target_path: Path):
@@ -305,6 +365,8 @@ def hub_corpus_location(name: str, languages: tuple[str, str], hub_config: str |
 def _load_hub_corpus(name: str, languages: tuple[str, str], split: str, max_pairs: int | None,
                      hub_config: str | None) -> datasets.Dataset:
     repository, config = hub_corpus_location(name, languages, hub_config)
+    if not datasets.config.HF_HUB_OFFLINE:
+        check_hub_reachable(repository, "The corpus", repo_type="dataset")
     try:
         dataset = datasets.load_dataset(repository, config, split=split)
     except ValueError as error:  # unknown split or configuration
@@ -328,5 +390,5 @@ def _load_hub_corpus(name: str, languages: tuple[str, str], split: str, max_pair
                     len(dataset), repository, config, split)
     return kept
 
-__all__ = ["load_parallel_corpus", "tokenize_pairs", "filter_long_pairs", "pairs_to_dataset", "hub_corpus_location",
+__all__ = ["load_parallel_corpus", "tokenize_pairs", "check_unknown_tokens", "filter_long_pairs", "pairs_to_dataset", "hub_corpus_location",
            "train_corpus_tokenizer", "train_sentence_tokenizer", "corpus_sentences"]

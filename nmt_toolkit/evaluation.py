@@ -31,7 +31,9 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from modeling_dwlstm.precision import DTYPES, QUANTIZATIONS, check_precision, prepare_for_inference
+from modeling_dwlstm.tokenization_dwlstm import LANGUAGE_TAG
 
+from .arguments import check_device, check_finite_number, check_positive_int
 from .batching import pack_by_tokens
 from .checkpoints import load_saved_model, load_saved_tokenizer
 from .data import load_parallel_corpus
@@ -93,6 +95,7 @@ def translate_sentences(
     """
     if isinstance(sources, str) or not all(isinstance(source, str) for source in sources):
         raise ValueError("`sources` must be a list of strings, one sentence each.")
+    check_decoding_settings(num_beams, length_penalty, max_tokens, generate_kwargs.get("max_new_tokens"))
     start = time.perf_counter()
     encoded = tokenizer(list(sources), add_special_tokens=True)["input_ids"]
     tag_id = _language_tag_id(tokenizer, language_tag)
@@ -116,6 +119,15 @@ def translate_sentences(
             for index, text in zip(batch, tokenizer.batch_decode(output_ids, skip_special_tokens=True)):
                 hypotheses[index] = text.strip()
     return Translations(hypotheses=hypotheses, seconds=time.perf_counter() - start)
+
+
+def check_decoding_settings(num_beams, length_penalty, max_tokens, max_new_tokens=None) -> None:
+    """Refuse settings that generate() would reject late and obscurely (a zero beam, "max_length") or take
+    silently (a NaN penalty ranks every beam alike)."""
+    check_positive_int(num_beams, "--num_beams")
+    check_finite_number(length_penalty, "--length_penalty")
+    check_positive_int(max_tokens, "--max_tokens")
+    check_positive_int(max_new_tokens, "--max_new_tokens", allow_none=True)
 
 
 def _check_source_lengths(encoded: Sequence[list[int]], position_limit) -> None:
@@ -259,12 +271,14 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     """
     set_threads(args.threads)
     check_precision(args.dtype, args.quantize)
+    check_evaluation_arguments(args)
     if args.language_pairs:
         return evaluate_directions(args)
     sources, references = _read_test_set(args)
     empty = [number for number, source in enumerate(sources, start=1) if not source.strip()]
     if empty:
         logger.warning("%d empty source line(s) (the first: line %d) get an empty translation.", len(empty), empty[0])
+    _warn_empty_references(references)
     hypotheses_path = Path(args.output_dir) / "hypotheses.txt"
     if args.baseline_hypotheses and Path(args.baseline_hypotheses).resolve() == hypotheses_path.resolve():
         raise ValueError(f"--baseline_hypotheses {args.baseline_hypotheses} is the file this evaluation writes; "
@@ -275,6 +289,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before loading and decoding, not after
     tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
     model = load_model_for_evaluation(args)
+    check_directions(model, tokenizer, [(args.source_lang, args.target_lang)], with_tags=args.add_language_tag)
     translations = translate_sentences(
         model, tokenizer, sources, num_beams=args.num_beams, length_penalty=args.length_penalty,
         max_tokens=args.max_tokens, language_tag=args.target_lang if args.add_language_tag else None,
@@ -305,6 +320,69 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     write_lines(translations.hypotheses, hypotheses_path)
     write_json(results, Path(args.output_dir) / "results.json")
     return results
+
+
+def check_evaluation_arguments(args: EvaluationArguments) -> None:
+    """The numbers and the device of `args`, before any file is read or written."""
+    check_positive_int(args.max_pairs, "--max_pairs", allow_none=True)
+    check_decoding_settings(args.num_beams, args.length_penalty, args.max_tokens, args.max_new_tokens)
+    check_positive_int(args.bootstrap_samples, "--bootstrap_samples")
+    check_device(args.device)
+
+
+def _warn_empty_references(references: Sequence[str]) -> None:
+    empty = [number for number, reference in enumerate(references, start=1) if not reference.strip()]
+    if empty:
+        logger.warning("%d empty reference line(s) (the first: line %d): their hypotheses are scored against "
+                       "nothing. Remove those pairs from both files if their references are missing.",
+                       len(empty), empty[0])
+
+
+def tagged_languages(tokenizer) -> list[str]:
+    """The languages whose `<2xx>` tag the tokenizer reserves, sorted."""
+    return sorted(token[2:-1] for token in tokenizer.get_vocab() if LANGUAGE_TAG.fullmatch(token))
+
+
+def check_directions(model, tokenizer, directions: Sequence[tuple[str | None, str | None]], with_tags: bool) -> None:
+    """Refuse what the translation pipeline refuses, before decoding: with tags, a target whose `<2xx>` tag the
+    tokenizer lacks (it would be encoded as unknown pieces) or a source outside the model's languages; without
+    tags, a model trained with tags (it would translate into whichever language it guesses)."""
+    tagged = tagged_languages(tokenizer)
+    pairs = list(getattr(model.config, "language_pairs", None) or [])
+    if not with_tags:
+        if tagged:
+            source, target = directions[0]
+            raise ValueError(
+                f"The model's tokenizer reserves the language tags {[f'<2{code}>' for code in tagged]}: the model "
+                "was trained with the target tag in front of every source. Evaluate it with --add_language_tag, or "
+                f"with --language_pairs {source or 'xx'}-{target or 'yy'}.")
+        _warn_untrained_direction(pairs, directions[0])
+        return
+    if not tagged:
+        raise ValueError(
+            f"The model has no language tags (its tokenizer reserves no <2xx> token): it is a bilingual model"
+            f"{f' ({pairs[0]})' if len(pairs) == 1 else ''}. Evaluate it with --source_lang and --target_lang, "
+            "without --language_pairs and --add_language_tag.")
+    languages = sorted(set(tagged) | {code for pair in pairs for code in pair.split("-")})
+    supported = (f"it translates into {tagged} from {languages} (trained directions: {pairs or 'unknown'}; others "
+                 "between these languages are zero-shot)")
+    for source, target in directions:
+        if target is None:
+            raise ValueError("--add_language_tag needs --target_lang: the tag <2xx> names the target language.")
+        if target not in tagged:
+            raise ValueError(f"The model has no tag <2{target}> for the direction {source or '?'}-{target}: "
+                             f"{supported}.")
+        if source is not None and pairs and source not in languages:  # no pairs listed: nothing to go by
+            raise ValueError(f"The model does not know the source language of {source}-{target}: {supported}.")
+
+
+def _warn_untrained_direction(pairs: Sequence[str], direction: tuple[str | None, str | None]) -> None:
+    """A bilingual model asked for another direction than it was trained on (`language_pairs` of its config; a
+    model fine-tuned from another one may still list the old direction, hence a warning)."""
+    name = "-".join(code or "?" for code in direction)
+    if pairs and None not in direction and name not in pairs:
+        logger.warning("The model's config lists the direction(s) %s, not %s: check --source_lang/--target_lang.",
+                       pairs, name)
 
 
 def load_model_for_evaluation(args: EvaluationArguments):
@@ -458,8 +536,8 @@ class LanguageIdentifier:
             from py3langid.langid import MODEL_FILE
             from py3langid.langid import LanguageIdentifier as Identifier
         except ImportError as error:
-            raise ImportError("Off-target rates need py3langid: pip install 'modeling_dwlstm[langid]' "
-                              "(or pip install py3langid).") from error
+            raise ImportError("Off-target rates need py3langid: pip install 'modeling-dwlstm[langid]' (the train "
+                              "extra includes it), or pip install py3langid.") from error
         self.identifier = Identifier.from_model_file(MODEL_FILE)
         if languages is None:
             return
@@ -515,9 +593,7 @@ def evaluate_directions(args) -> dict:
     baseline = _read_baseline(args.baseline_results, names) if args.baseline_results else None
     tests = {name: load_parallel_corpus(args.data, *name.split("-"), args.split, max_pairs=args.max_pairs)["translation"]
              for name in names}
-    identifier = None
-    if args.off_target:
-        identifier = LanguageIdentifier(sorted({code for name in names for code in name.split("-")}))
+    identifier, off_target_skipped = _off_target_identifier(args.off_target, names)
     empty = [f"{name} line {number}" for name in names
              for number, pair in enumerate(tests[name], start=1) if not pair[name.split("-")[0]].strip()]
     if empty:
@@ -529,6 +605,7 @@ def evaluate_directions(args) -> dict:
     prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before loading and decoding, not after
     tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
     model = load_model_for_evaluation(args)
+    check_directions(model, tokenizer, [tuple(name.split("-")) for name in names], with_tags=True)
     tagged = [tag_source(pair[name.split("-")[0]], name.split("-")[1]) for name in names for pair in tests[name]]
     translations = translate_sentences(
         model, tokenizer, tagged, num_beams=args.num_beams, length_penalty=args.length_penalty,
@@ -554,6 +631,7 @@ def evaluate_directions(args) -> dict:
         "model": args.model, "test_set": args.data, "split": args.split, "num_beams": args.num_beams,
         "length_penalty": args.length_penalty, "max_tokens": args.max_tokens,
         "language_id": "py3langid, restricted to the evaluated languages" if identifier else None,
+        "off_target_skipped": off_target_skipped,
         "seconds": round(translations.seconds, 3), "sentences_per_second": round(translations.sentences_per_second, 2),
         "device": str(model.device), "dtype": args.dtype, "quantize": args.quantize,
         "directions": directions, "averages": group_averages(directions, groups),
@@ -567,6 +645,19 @@ def evaluate_directions(args) -> dict:
         }
     write_json(results, Path(args.output_dir) / "results.json")
     return results
+
+
+def _off_target_identifier(wanted: bool, names: Sequence[str]) -> tuple[LanguageIdentifier | None, str | None]:
+    """(the identifier, None), or (None, why off-target rates are skipped): not asked for, or py3langid is not
+    installed (the rest of the evaluation does not need it; results.json and the log say it was skipped)."""
+    if not wanted:
+        return None, "--off_target false"
+    try:
+        return LanguageIdentifier(sorted({code for name in names for code in name.split("-")})), None
+    except ImportError as error:
+        reason = f"{error} Off-target rates are skipped."
+        logger.warning(reason)
+        return None, reason
 
 
 def _read_baseline(path: str, names: Sequence[str]) -> dict[str, Path]:

@@ -43,12 +43,28 @@ def split_lines(text: str) -> list[str]:
     return [strip_line_end(line) for line in text.removesuffix("\n").split("\n")]
 
 
+BYTE_ORDER_MARK = "\ufeff"  # some Windows editors start UTF-8 files with it; it is no part of the first sentence
+
+
 def read_lines(path: str | os.PathLike) -> list[str]:
-    """The lines of a UTF-8 text file by `split_lines`; an unreadable file gives a ValueError naming it."""
+    """The lines of a UTF-8 text file by `split_lines`, without a byte-order mark; an unreadable file, or one whose
+    lines end in lone carriage returns, gives a ValueError naming it."""
     try:
-        return split_lines(Path(path).read_bytes().decode("utf-8"))
+        text = Path(path).read_bytes().decode("utf-8").removeprefix(BYTE_ORDER_MARK)
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"Cannot read the text file {path}: {error}") from error
+    check_line_ends(path, text.count("\n"), text.count("\r") - text.count("\r\n"))
+    return split_lines(text)
+
+
+def check_line_ends(path, line_ends: int, lone_returns: int) -> None:
+    """Refuse a file with more lone carriage returns than line ends: its lines end in ``\\r`` (old Mac style),
+    and by the one rule (``\\n`` only) it would be read as one long sentence. A few ``\\r`` inside sentences
+    stay allowed."""
+    if lone_returns > max(line_ends, 1):  # one lone \r: one line either way
+        raise ValueError(f"{path}: its lines end in lone carriage returns (\\r, {lone_returns} of them, and "
+                         f"{line_ends} \\n): it would be read as one sentence. Convert it to \\n line ends, e.g. "
+                         "tr '\\r' '\\n' < old > new.")
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
@@ -188,13 +204,40 @@ def check_local_or_hub(name: str | os.PathLike, what: str) -> None:
     (a typo in a path would otherwise become a Hub lookup, which can take a minute to time out)."""
     if Path(name).is_file():
         raise ValueError(f"{what} {name} is a file; give the folder that holds the saved model or tokenizer.")
-    if Path(name).exists() or looks_like_hub_id(str(name)):
+    if Path(name).exists():
         return
-    raise ValueError(f"{what} {name}: no such folder (a Hub id looks like 'user/name'). Check the path.")
+    if not looks_like_hub_id(str(name)):
+        raise ValueError(f"{what} {name}: no such folder (a Hub id looks like 'user/name'). Check the path.")
+    check_hub_reachable(str(name), what)
+
+
+HUB_PROBE_SECONDS = 5
+
+
+def check_hub_reachable(repo_id: str, what: str, repo_type: str = "model") -> None:
+    """Ask the Hub once, briefly, before transformers or datasets look `repo_id` up: unreachable, they retry for
+    about a minute before they fail, and a mistyped local folder ("rnus/model") looks like a Hub id. A repository
+    in the local cache, or offline mode, is left to them (they load from the cache)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.utils import get_session
+
+    if constants.HF_HUB_OFFLINE:
+        return
+    names = ("config.json", "tokenizer.json") if repo_type == "model" else ("README.md",)
+    if any(isinstance(try_to_load_from_cache(repo_id, name, repo_type=repo_type), str) for name in names):
+        return
+    try:
+        get_session().head(constants.ENDPOINT, timeout=HUB_PROBE_SECONDS)
+    except Exception as error:  # noqa: BLE001  (whatever the HTTP client raises: the Hub cannot be asked)
+        raise ValueError(f"{what} {repo_id}: no such local folder, and the Hub ({constants.ENDPOINT}) cannot be "
+                         f"reached to look for a repository of that name ({error}). Check the path, or the "
+                         "network.") from error
 
 
 __all__ = [
     "CHECKSUMS_NAME",
+    "BYTE_ORDER_MARK",
+    "check_line_ends",
     "split_lines",
     "strip_line_end",
     "read_lines",

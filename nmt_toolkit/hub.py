@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from huggingface_hub import HfApi
+from huggingface_hub.errors import HfHubHTTPError
 
 from modeling_dwlstm import MEMBERS
 from modeling_dwlstm.configuration_translation import FamilyMember
@@ -93,7 +94,7 @@ def model_card(
         "## Usage", "",
         "The modelling code and the translation pipeline ship with the weights (`trust_remote_code=True`).", "",
         "```python", "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline", "",
-        f'tokenizer = AutoTokenizer.from_pretrained("{name}")',
+        f'tokenizer = AutoTokenizer.from_pretrained("{name}", trust_remote_code=True)',  # or it asks [y/N]
         f'model = AutoModelForSeq2SeqLM.from_pretrained("{name}", trust_remote_code=True)',
         f'translator = pipeline("{task}", model="{name}", trust_remote_code=True)',
         f'print(translator({example}))', "```", "",
@@ -122,7 +123,7 @@ def push_translation_model(
         raise ValueError(f"`repo_id` must look like 'user/name', got {repo_id!r}.")
     check_finite_weights(model, "The model to push")  # a diverged model must not reach the Hub
     api = HfApi(endpoint=endpoint, token=token)
-    api.create_repo(repo_id, private=private, exist_ok=True)
+    _ask_hub(api, repo_id, api.create_repo, repo_id, private=private, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
@@ -131,7 +132,23 @@ def push_translation_model(
             raise ValueError(f"save_pretrained wrote no {missing}: the pushed model could not be loaded without "
                              "this package. Build the model after `import modeling_dwlstm`.")
         atomic_write_text(Path(folder, "README.md"), card)
-        return api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message)
+        return _ask_hub(api, repo_id, api.upload_folder, repo_id=repo_id, folder_path=folder,
+                        commit_message=commit_message)
+
+
+# What the Hub client raises: OS errors (no login, a refused connection) and the HTTP client's errors, the base
+# of huggingface_hub's HTTP errors (httpx's HTTPError or a fork of it).
+HUB_ERRORS = (OSError, *HfHubHTTPError.__bases__)
+
+
+def _ask_hub(api: HfApi, repository: str, call, /, *args, **kwargs):
+    """`call(*args, **kwargs)`, a network or Hub error turned into one line (not a traceback of the HTTP stack)."""
+    try:
+        return call(*args, **kwargs)
+    except HUB_ERRORS as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"Cannot push {repository} to the Hub at {api.endpoint}: {reason}. Check the network, "
+                         "HF_ENDPOINT and the login (hf auth login, or --token).") from error
 
 
 def read_results(path: str | os.PathLike) -> dict:

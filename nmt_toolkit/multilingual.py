@@ -84,8 +84,11 @@ def corpus_languages(source: str | Path, split: str = "train") -> list[str]:
     if path.is_file():
         for _, line in _numbered_lines(path):
             if line.strip():
-                record = json.loads(line)
-                return sorted(record.get("translation", record))
+                try:
+                    record = json.loads(line)
+                    return sorted(record.get("translation", record))
+                except (json.JSONDecodeError, AttributeError) as error:
+                    raise ValueError(f"{path}, first line: not a JSON object of translations ({error}).") from error
     raise ValueError(f"--language_pairs all needs a local folder or JSON-lines file to list languages; {source!r} is "
                      "neither. Name the pairs instead, e.g. --language_pairs en-de,de-en.")
 

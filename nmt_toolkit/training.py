@@ -32,6 +32,7 @@ Nothing is silent: a non-empty `output_dir` is refused before any work unless re
 saving says so and names the intact checkpoint.
 """
 
+import difflib
 import json
 import logging
 import math
@@ -58,10 +59,12 @@ from transformers import (
     TrainerCallback,
     set_seed,
 )
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs
 
+from .arguments import check_finite_number, check_positive_int
 from .batching import TokenBatchSampler
 from .checkpoints import (
     WEIGHTS_NAME,
@@ -70,7 +73,7 @@ from .checkpoints import (
     load_saved_model,
     load_saved_tokenizer,
 )
-from .data import load_parallel_corpus, tokenize_pairs
+from .data import UNKNOWN_SHARE_LIMIT, check_unknown_tokens, load_parallel_corpus, tokenize_pairs
 from .files import (
     atomic_write_json,
     is_no_space_error,
@@ -140,6 +143,17 @@ class DataArguments:
     validation_bleu: bool = field(default=False, metadata={"help": (
         "Also decode the validation set at each evaluation and report BLEU (slower).")})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    max_unknown_share: float = field(default=UNKNOWN_SHARE_LIMIT, metadata={"help": (
+        "Refuse to train when more than this share of a language's tokens are <unk> (the tokenizer cannot spell "
+        "it: trained on other text); 1 trains anyway.")})
+
+    def __post_init__(self):
+        for name in ("max_length", "max_tokens"):
+            check_positive_int(getattr(self, name), f"--{name}")
+        for name in ("target_tokens_per_update", "max_train_pairs", "max_validation_pairs", "preprocessing_num_workers"):
+            check_positive_int(getattr(self, name), f"--{name}", allow_none=True)
+        check_finite_number(self.sampling_temperature, "--sampling_temperature", positive=True)
+        check_finite_number(self.max_unknown_share, "--max_unknown_share", minimum=0)
 
 
 @dataclass
@@ -167,10 +181,35 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     def __post_init__(self):
         if self.output_dir is None:
             raise ValueError("Pass --output_dir: checkpoints and the final model are written there.")
+        self._check_numbers()
         if (self.bf16 or self.bf16_full_eval) and not torch.accelerator.is_available():
             # transformers refuses --bf16 without an accelerator unless told --use_cpu; here the CPU is all there is.
             self.use_cpu = True
         super().__post_init__()
+
+    def _check_numbers(self):
+        """Refuse values the Trainer would take silently (max_steps 0 runs one update, -5 trains by epochs) or
+        fail on late (a ZeroDivisionError for no accumulation), and batch settings that token batching ignores."""
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or not (
+                self.max_steps >= 1 or self.max_steps == -1):
+            raise ValueError(f"--max_steps must be a positive number of updates, or -1 to train for "
+                             f"--num_train_epochs epochs; got {self.max_steps!r}.")
+        if self.max_steps == -1:
+            check_finite_number(self.num_train_epochs, "--num_train_epochs", positive=True)
+        check_positive_int(self.gradient_accumulation_steps, "--gradient_accumulation_steps")
+        check_positive_int(self.per_device_eval_batch_size, "--per_device_eval_batch_size")
+        check_positive_int(self.generation_num_beams, "--generation_num_beams", allow_none=True)
+        check_positive_int(self.generation_max_length, "--generation_max_length", allow_none=True)
+        check_finite_number(self.max_grad_norm, "--max_grad_norm", minimum=0)
+        for name in ("save_steps", "eval_steps"):
+            value = getattr(self, name)
+            if value is not None:
+                check_finite_number(value, f"--{name}", positive=True)
+        default_batch_size = Seq2SeqTrainingArguments.__dataclass_fields__["per_device_train_batch_size"].default
+        if self.per_device_train_batch_size != default_batch_size or self.auto_find_batch_size:
+            raise ValueError("Training batches are made by token count here: --per_device_train_batch_size and "
+                             "--auto_find_batch_size have no effect. Set --max_tokens (padded tokens per batch and "
+                             "process) and --target_tokens_per_update instead.")
 
 
 class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
@@ -355,11 +394,7 @@ def build_model_and_tokenizer(model_args: ModelArguments, language_pair: str | N
     tokenizer = load_saved_tokenizer(
         tokenizer_path, "--tokenizer_name_or_path" if model_args.tokenizer_name_or_path else "--model_name_or_path")
     if path.suffix == ".json":
-        if not path.is_file():
-            raise ValueError(f"Config file {path} does not exist; hub_configs/ lists the papers' models.")
-        settings = json.loads(path.read_text())
-        if "model_type" not in settings:
-            raise ValueError(f"{path} has no `model_type`; it is not a model config (see hub_configs/).")
+        settings = read_config_file(path)
         if settings.get("vocab_size", len(tokenizer)) != len(tokenizer):
             logger.info("vocab_size %d of %s replaced by the tokenizer's %d.", settings["vocab_size"], path,
                         len(tokenizer))
@@ -377,6 +412,27 @@ def build_model_and_tokenizer(model_args: ModelArguments, language_pair: str | N
             raise ValueError(f"The model has {model.config.vocab_size} embeddings but the tokenizer "
                              f"{len(tokenizer)} tokens: they do not belong together.")
     return model, tokenizer
+
+
+def read_config_file(path: str | Path) -> dict:
+    """The settings of a model config JSON file (hub_configs/...), with a one-line error naming the file for a
+    missing file, a JSON syntax error or a `model_type` that is not a known model type."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"Config file {path} does not exist; hub_configs/ lists the papers' models.")
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"Config file {path} is not valid JSON ({error}).") from error
+    if not isinstance(settings, dict) or "model_type" not in settings:
+        raise ValueError(f"{path} has no `model_type`; it is not a model config (see hub_configs/).")
+    model_type = settings["model_type"]
+    if model_type not in CONFIG_MAPPING:  # transformers would list all of its several hundred model types
+        family = list(CONFIG_MAPPING._extra_content)
+        close = difflib.get_close_matches(str(model_type), family, n=1)
+        raise ValueError(f"{path}: model_type {model_type!r} is not a known model type"
+                         f"{f' (did you mean {close[0]!r}?)' if close else ''}; this family's types: {family}.")
+    return settings
 
 
 def apply_config_overrides(config, overrides: str) -> None:
@@ -548,6 +604,8 @@ def _train_multilingual(model_args, data_args, training_args, resume, callbacks)
 def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_args, training_args, resume, callbacks,
            target_lang):
     """The shared second half of bilingual and multilingual training: checks, the Trainer, the final save."""
+    check_unknown_tokens(train_dataset, tokenizer, data_args.max_unknown_share,
+                         (data_args.source_lang, data_args.target_lang), flag="--max_unknown_share")
     if data_args.target_tokens_per_update:
         training_args.gradient_accumulation_steps = gradient_accumulation_for(
             data_args.target_tokens_per_update, data_args.max_tokens, training_args.world_size)

@@ -17,10 +17,11 @@ import argparse
 from pathlib import Path
 
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
+from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.checkpoints import load_saved_model, load_saved_tokenizer
 from nmt_toolkit.cli import add_run_arguments, exit_on_error
 from nmt_toolkit.data import load_parallel_corpus
-from nmt_toolkit.evaluation import DEFAULT_MAX_TOKENS, write_lines
+from nmt_toolkit.evaluation import DEFAULT_MAX_TOKENS, tagged_languages, write_lines
 from nmt_toolkit.files import atomic_write_json, prepare_output_dir, set_threads
 from nmt_toolkit.lab.analysis import layer_nonlinearity
 from nmt_toolkit.lab.plotting_analysis import plot_layer_nonlinearity
@@ -39,17 +40,21 @@ def main(argv=None):
     parser.add_argument("--target_lang", required=True)
     parser.add_argument("--split", default="test", help="The split decoded and scored.")
     parser.add_argument("--train_split", default="train", help="The split the affine maps are fitted on.")
-    parser.add_argument("--fit_steps", type=int, default=300, help="Training batches the maps are fitted on.")
-    parser.add_argument("--fit_batch_size", type=int, default=64, help="Sentence pairs per fitting batch.")
-    parser.add_argument("--max_sentences", type=int, default=None, help="Decode only the first N test sentences.")
-    parser.add_argument("--num_beams", type=int, default=4, help="Beam size (the papers: 4).")
-    parser.add_argument("--max_tokens", type=int, default=DEFAULT_MAX_TOKENS, help="Source tokens per decoding batch.")
+    parser.add_argument("--fit_steps", type=positive_int, default=300, help="Training batches the maps are fitted on.")
+    parser.add_argument("--fit_batch_size", type=positive_int, default=64, help="Sentence pairs per fitting batch.")
+    parser.add_argument("--max_sentences", type=positive_int, default=None, help="Decode only the first N test sentences.")
+    parser.add_argument("--num_beams", type=positive_int, default=4, help="Beam size (the papers: 4).")
+    parser.add_argument("--max_tokens", type=positive_int, default=DEFAULT_MAX_TOKENS, help="Source tokens per decoding batch.")
     add_run_arguments(parser)
     args = parser.parse_args(argv)
 
     set_threads(args.threads)
     output_dir = prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before any work
     tokenizer = load_saved_tokenizer(args.model, "--model")
+    if tagged_languages(tokenizer):  # its sources need a tag the analysis does not give: every BLEU would be wrong
+        raise ValueError(f"--model {args.model} was trained with language tags (its tokenizer reserves "
+                         f"{[f'<2{code}>' for code in tagged_languages(tokenizer)]}); the layer analysis decodes "
+                         "untagged sources. Analyse a bilingual model.")
     model = load_saved_model(args.model, "--model").to(args.device)
     train_pairs = read_pairs(args, args.train_split, args.fit_steps * args.fit_batch_size)
     test_pairs = read_pairs(args, args.split, args.max_sentences)

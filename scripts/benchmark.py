@@ -9,21 +9,23 @@
 
 import argparse
 
+from nmt_toolkit.arguments import positive_int
+from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.lab.benchmark import PRECISIONS, BenchmarkSettings, format_report, run_benchmark, write_report
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small size, lengths 16 and 64, 2 repeats, no memory probe")
     parser.add_argument("--sizes", nargs="+", choices=["small", "base"])
     parser.add_argument("--members", nargs="+", help="family members to run (default: every registered one) and/or 'marian'")
-    parser.add_argument("--lengths", nargs="+", type=int, help="training lengths (default 16 64 256)")
-    parser.add_argument("--headline_length", type=int, help="training length the targets are checked at (default 64)")
-    parser.add_argument("--repeats", type=int)
-    parser.add_argument("--generation_batch", type=int, help="source sentences per generate() call (default 32)")
-    parser.add_argument("--new_tokens", type=int, help="forced new tokens per sentence (default 24)")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
-    parser.add_argument("--token_budget", type=int, help="source + target tokens per training batch (default 4096)")
+    parser.add_argument("--lengths", nargs="+", type=positive_int, help="training lengths (default 16 64 256)")
+    parser.add_argument("--headline_length", type=positive_int, help="training length the targets are checked at (default 64)")
+    parser.add_argument("--repeats", type=positive_int)
+    parser.add_argument("--generation_batch", type=positive_int, help="source sentences per generate() call (default 32)")
+    parser.add_argument("--new_tokens", type=positive_int, help="forced new tokens per sentence (default 24)")
+    parser.add_argument("--threads", type=positive_int, default=2, help="CPU threads (default 2)")
+    parser.add_argument("--token_budget", type=positive_int, help="source + target tokens per training batch (default 4096)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the family's models")
     parser.add_argument("--no_memory", action="store_true", help="skip the peak-memory probes")
     parser.add_argument("--precisions", nargs="+", choices=list(PRECISIONS),
@@ -36,7 +38,7 @@ def main():
                         help="the deployment run: base size, length 64, every precision, --bf16_training, "
                              "--ctranslate2, --depth_pair, no memory probe")
     parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     settings = BenchmarkSettings(threads=args.threads, compile=args.compile, measure_memory=not args.no_memory,
                                  train_bf16=args.bf16_training, ctranslate2=args.ctranslate2, depth_pair=args.depth_pair)
     if args.quick:
@@ -56,4 +58,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_error(main)

@@ -17,12 +17,26 @@ import torch
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
+from nmt_toolkit.arguments import finite_float, non_negative_int, positive_int
 from nmt_toolkit.checkpoints import load_saved_tokenizer
 from nmt_toolkit.cli import add_run_arguments, exit_on_error
 from nmt_toolkit.data import load_parallel_corpus
 from nmt_toolkit.files import atomic_write_json, prepare_output_dir, set_threads
 from nmt_toolkit.lab.depth_diagnosis import token_batches, trace_training
 from nmt_toolkit.lab.plotting_analysis import plot_depth_diagnosis
+from nmt_toolkit.training import read_config_file
+
+
+def read_overrides(text: str) -> dict:
+    """--config_overrides: a JSON object of config fields."""
+    try:
+        overrides = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--config_overrides is not valid JSON ({error}); give an object like "
+                         "'{\"dropout\": 0.1}'.") from error
+    if not isinstance(overrides, dict):
+        raise ValueError(f"--config_overrides must be a JSON object like '{{\"dropout\": 0.1}}', got {text!r}.")
+    return overrides
 
 
 def main(argv=None):
@@ -30,26 +44,29 @@ def main(argv=None):
     parser.add_argument("--data", required=True, help="Training corpus: a folder of {split}.{lang}[.gz], ...")
     parser.add_argument("--source_lang", default="en")
     parser.add_argument("--target_lang", default="de")
-    parser.add_argument("--max_pairs", type=int, default=None, help="Use only the first N training pairs.")
+    parser.add_argument("--max_pairs", type=positive_int, default=None, help="Use only the first N training pairs.")
     parser.add_argument("--tokenizer", required=True, help="A saved tokenizer folder.")
     parser.add_argument("--configs", nargs="+", required=True, help="Config JSON files (e.g. hub_configs/...).")
     parser.add_argument("--names", nargs="+", default=None, help="One name per config (default: the file names).")
     parser.add_argument("--config_overrides", default="{}", help='JSON of fields set on every config, e.g. \'{"dropout": 0.1}\'.')
-    parser.add_argument("--d_model", type=int, default=128)
-    parser.add_argument("--ffn_dim", type=int, default=512)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=12, help="Encoder and decoder layers.")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--every", type=int, default=25, help="Record every N updates (and the first).")
-    parser.add_argument("--learning_rate", type=float, default=1e-3)
-    parser.add_argument("--warmup_steps", type=int, default=200)
-    parser.add_argument("--max_tokens", type=int, default=2048, help="Padded tokens per batch and side.")
+    parser.add_argument("--d_model", type=positive_int, default=128)
+    parser.add_argument("--ffn_dim", type=positive_int, default=512)
+    parser.add_argument("--heads", type=positive_int, default=4)
+    parser.add_argument("--layers", type=positive_int, default=12, help="Encoder and decoder layers.")
+    parser.add_argument("--steps", type=positive_int, default=300)
+    parser.add_argument("--every", type=positive_int, default=25, help="Record every N updates (and the first).")
+    parser.add_argument("--learning_rate", type=finite_float, default=1e-3)
+    parser.add_argument("--warmup_steps", type=non_negative_int, default=200)
+    parser.add_argument("--max_tokens", type=positive_int, default=2048, help="Padded tokens per batch and side.")
     parser.add_argument("--seed", type=int, default=1)
     add_run_arguments(parser)
     args = parser.parse_args(argv)
     names = args.names or [Path(path).stem for path in args.configs]
     if len(names) != len(args.configs):
         raise ValueError(f"--names gives {len(names)} names for {len(args.configs)} --configs.")
+    overrides = read_overrides(args.config_overrides)
+    for path in args.configs:
+        read_config_file(path)  # a missing file, a JSON error or a model_type typo: named, before any work
     set_threads(args.threads)
     output_dir = prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before any work
     tokenizer = load_saved_tokenizer(args.tokenizer, "--tokenizer")
@@ -59,7 +76,7 @@ def main(argv=None):
     batches = token_batches(tokenizer, pairs, args.max_tokens, args.steps, seed=args.seed)
     size = dict(d_model=args.d_model, ffn_dim=args.ffn_dim, encoder_attention_heads=args.heads,
                 decoder_attention_heads=args.heads, encoder_layers=args.layers, decoder_layers=args.layers,
-                vocab_size=len(tokenizer), **json.loads(args.config_overrides))
+                vocab_size=len(tokenizer), **overrides)
     traces = {}
     for name, path in zip(names, args.configs):
         torch.manual_seed(args.seed)

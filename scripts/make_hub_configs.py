@@ -3,9 +3,15 @@
 import argparse
 
 from modeling_dwlstm.paper_configs import write_hub_configs
+from nmt_toolkit.cli import exit_on_error
 
-if __name__ == "__main__":
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output_dir", default="hub_configs")
-    for path in write_hub_configs(parser.parse_args().output_dir):
+    for path in write_hub_configs(parser.parse_args(argv).output_dir):
         print(path)
+
+
+if __name__ == "__main__":
+    exit_on_error(main)

@@ -10,26 +10,28 @@ from pathlib import Path
 
 from modeling_dwlstm import DlclConfig, ResidualTransformerConfig
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit.arguments import finite_float, non_negative_int, positive_int
+from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.data import load_parallel_corpus
 from nmt_toolkit.files import atomic_write_json
 from nmt_toolkit.lab.gradient_norms import compare_embedding_gradient_norms, translation_batches
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data_dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k")
     parser.add_argument("--source", default="en")
     parser.add_argument("--target", default="de")
-    parser.add_argument("--sentences", type=int, default=4000)
-    parser.add_argument("--steps", type=int, default=80)
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--encoder_layers", type=int, default=20)
-    parser.add_argument("--decoder_layers", type=int, default=6)
-    parser.add_argument("--d_model", type=int, default=64)
-    parser.add_argument("--learning_rate", type=float, default=2e-3)
-    parser.add_argument("--warmup_steps", type=int, default=40)
+    parser.add_argument("--sentences", type=positive_int, default=4000)
+    parser.add_argument("--steps", type=positive_int, default=80)
+    parser.add_argument("--batch_size", type=positive_int, default=32)
+    parser.add_argument("--encoder_layers", type=positive_int, default=20)
+    parser.add_argument("--decoder_layers", type=positive_int, default=6)
+    parser.add_argument("--d_model", type=positive_int, default=64)
+    parser.add_argument("--learning_rate", type=finite_float, default=2e-3)
+    parser.add_argument("--warmup_steps", type=non_negative_int, default=40)
     parser.add_argument("--output", type=Path, default=Path("gradient_norms.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     pairs = load_parallel_corpus(args.data_dir, args.source, args.target, "train", max_pairs=args.sentences)
     sources = [pair[args.source] for pair in pairs["translation"]]
@@ -60,4 +62,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_error(main)

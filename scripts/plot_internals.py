@@ -16,6 +16,7 @@ and `nmt_toolkit.lab.plotting_analysis.plot_model_internals`.
 import argparse
 
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
+from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.checkpoints import load_saved_model, load_saved_tokenizer
 from nmt_toolkit.cli import add_run_arguments, exit_on_error
 from nmt_toolkit.data import load_parallel_corpus
@@ -31,8 +32,8 @@ def main(argv=None):
     parser.add_argument("--source_lang", default=None)
     parser.add_argument("--target_lang", default=None)
     parser.add_argument("--split", default="test")
-    parser.add_argument("--max_sentences", type=int, default=None, help="Use only the first N sentence pairs.")
-    parser.add_argument("--batch_size", type=int, default=64, help="Sentence pairs per forward pass.")
+    parser.add_argument("--max_sentences", type=positive_int, default=None, help="Use only the first N sentence pairs.")
+    parser.add_argument("--batch_size", type=positive_int, default=64, help="Sentence pairs per forward pass.")
     add_run_arguments(parser)
     args = parser.parse_args(argv)
 

@@ -8,6 +8,7 @@ while the run is still going). The work is done by `nmt_toolkit.lab.plotting.plo
 
 import argparse
 
+from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.lab.plotting import plot_training, read_log_history
 
 
@@ -26,4 +27,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_error(main)

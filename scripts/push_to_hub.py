@@ -16,7 +16,8 @@ from nmt_toolkit.checkpoints import load_saved_model, load_saved_tokenizer
 from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.hub import model_card, push_translation_model, read_results
 
-if __name__ == "__main__":
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="A saved model directory with its tokenizer.")
     parser.add_argument("--repo_id", required=True, help="user/name on the Hub.")
@@ -24,13 +25,14 @@ if __name__ == "__main__":
     parser.add_argument("--results", default=None, help="results.json of scripts/evaluate_translation.py.")
     parser.add_argument("--private", action="store_true")
     parser.add_argument("--token", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    model = load_saved_model(args.model, "--model")  # checked: checksums, finite weights
+    tokenizer = load_saved_tokenizer(args.model, "--model")
+    results = read_results(args.results) if args.results else None
+    card = model_card(model, args.training_data, results, repo_id=args.repo_id)
+    commit = push_translation_model(model, tokenizer, args.repo_id, card, private=args.private, token=args.token)
+    print(f"Pushed {args.model} to {args.repo_id}: {commit.commit_url}")
 
-    def push():
-        model = load_saved_model(args.model)  # checked: checksums, finite weights
-        tokenizer = load_saved_tokenizer(args.model, "--model")
-        results = read_results(args.results) if args.results else None
-        card = model_card(model, args.training_data, results, repo_id=args.repo_id)
-        return push_translation_model(model, tokenizer, args.repo_id, card, private=args.private, token=args.token)
 
-    print(f"Pushed {args.model} to {args.repo_id}: {exit_on_error(push).commit_url}")
+if __name__ == "__main__":
+    exit_on_error(main)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from nmt_toolkit.arguments import positive_int
+from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.quickstart import (
     QuickstartSettings,
     format_summary,
@@ -22,16 +24,17 @@ from nmt_toolkit.quickstart import (
 )
 from nmt_toolkit.training import TqdmLoggingHandler
 
-if __name__ == "__main__":
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default="quickstart-output")
     parser.add_argument("--overwrite", action="store_true", help="Delete --output_dir first if it exists.")
-    parser.add_argument("--max_steps", type=int, default=QuickstartSettings.max_steps)
-    parser.add_argument("--threads", type=int, default=1, help=(
+    parser.add_argument("--max_steps", type=positive_int, default=QuickstartSettings.max_steps)
+    parser.add_argument("--threads", type=positive_int, default=1, help=(
         "torch threads. The model is small: a second thread gains little on 2 dedicated cores and, when other "
         "processes share them, makes each step several times slower (threads wait for each other)."))
     parser.add_argument("--bf16", action="store_true", help="Train under bfloat16 autocast (float32 weights and Adam).")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     # Through tqdm, so that log lines do not break into the progress bars.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", handlers=[TqdmLoggingHandler()])
@@ -39,3 +42,7 @@ if __name__ == "__main__":
         shutil.rmtree(args.output_dir)
     summary = run_quickstart(args.output_dir, QuickstartSettings(max_steps=args.max_steps, bf16=args.bf16))
     print("\n" + format_summary(summary))
+
+
+if __name__ == "__main__":
+    exit_on_error(main)

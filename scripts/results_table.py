@@ -8,15 +8,21 @@ The work is done by `nmt_toolkit.evaluation.results_table`.
 
 import argparse
 
+from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.evaluation import results_table
 from nmt_toolkit.hub import read_results
 
-if __name__ == "__main__":
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", help="results.json of evaluate_translation.py --language_pairs ...")
     parser.add_argument("--baseline", help="The baseline's results.json (its sacreBLEU in a column of its own).")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     results = read_results(args.results)
     if "directions" not in results:
         parser.error(f"{args.results} is a one-direction evaluation; the table is for --language_pairs evaluations.")
     print("\n".join(results_table(results, read_results(args.baseline) if args.baseline else None)))
+
+
+if __name__ == "__main__":
+    exit_on_error(main)

@@ -13,7 +13,15 @@ second time. Once every run has a record it writes results.md, results.json and 
 import argparse
 import logging
 
-from nmt_toolkit.lab.experiments import default_record_dir, load_experiment, run_experiments, write_results_table
+from nmt_toolkit.arguments import positive_int
+from nmt_toolkit.cli import exit_on_error
+from nmt_toolkit.lab.experiments import (
+    StageFailed,
+    default_record_dir,
+    load_experiment,
+    run_experiments,
+    write_results_table,
+)
 
 
 def main(argv=None):
@@ -23,7 +31,7 @@ def main(argv=None):
                         help="Checkpoints and models (large; default runs/experiments/NAME).")
     parser.add_argument("--record_dir", default=None,
                         help="Tokenizer, per-run records, table and pictures (small; default experiments/results/NAME).")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads for every stage (OMP_NUM_THREADS).")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads for every stage (OMP_NUM_THREADS).")
     parser.add_argument("--only", nargs="+", default=None, help="Run only these runs (by name).")
     parser.add_argument("--no_table", action="store_true", help="Do not write the table, even if every run is done.")
     parser.add_argument("--table_only", action="store_true",
@@ -46,4 +54,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_error(main, also=(StageFailed,))

@@ -17,6 +17,7 @@ model's tokenizer has none (the translation pipeline prepends a tag whenever the
 import argparse
 import logging
 
+from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.checkpoints import save_pretrained_atomically
 from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer, train_sentence_tokenizer
@@ -38,9 +39,9 @@ def main(argv=None):
     parser.add_argument("--hub_config", default=None, help="Hub dataset configuration, if not the pair's.")
     parser.add_argument("--max_pairs", type=int, default=None, help="Train on the first N pairs (per direction) only.")
     parser.add_argument("--merges", type=int, default=32000, help="BPE merges (papers: 32000).")
-    parser.add_argument("--min_frequency", type=int, default=2)
+    parser.add_argument("--min_frequency", type=positive_int, default=2)
     parser.add_argument("--language_tags", nargs="*", default=[], help="Tags to reserve for a multilingual model, e.g. <2de> <2fr>.")
-    parser.add_argument("--model_max_length", type=int, default=1024, help="The model's max_position_embeddings.")
+    parser.add_argument("--model_max_length", type=positive_int, default=1024, help="The model's max_position_embeddings.")
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--overwrite_output_dir", action="store_true", help="Replace what --output_dir holds.")
     args = parser.parse_args(argv)

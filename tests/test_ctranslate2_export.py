@@ -10,7 +10,7 @@ from transformers import AutoModelForSeq2SeqLM
 
 from modeling_dwlstm import ResidualTransformerConfig
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
-from nmt_toolkit.ctranslate2_export import ctranslate2_tokens, export_ctranslate2
+from nmt_toolkit.ctranslate2_export import ctranslate2_tokens, export_ctranslate2, generate_kwargs_like_ctranslate2
 from nmt_toolkit.quickstart_corpus import generate_pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -64,6 +64,66 @@ def test_ctranslate2_float32_scores_and_greedy_output_equal_ours(tokenizer, opti
     theirs = [result.hypotheses[0] for result in translator.translate_batch(sources, beam_size=1,
                                                                            max_decoding_length=20)]
     assert theirs == ours
+
+
+@pytest.fixture(scope="module", params=["pre", "post"])
+def trained_export(request, tokenizer, tmp_path_factory):
+    """A tiny residual model trained for 120 steps on the quickstart pairs (it then ends its translations with </s>
+    at various lengths, which is where beam searches can differ), and its CTranslate2 export."""
+    torch.manual_seed(0)
+    config = ResidualTransformerConfig(**tokenizer_model_kwargs(tokenizer), d_model=32, encoder_layers=2,
+                                       decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=4,
+                                       ffn_dim=64, max_position_embeddings=128, dropout=0.0, norm_position=request.param)
+    model = AutoModelForSeq2SeqLM.from_config(config).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(120):
+        batch = PAIRS[(32 * step) % 192:][:32]
+        loss = model(**tokenizer([english for english, _ in batch], text_target=[german for _, german in batch],
+                                 return_tensors="pt", padding=True)).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    directory = tmp_path_factory.mktemp(f"trained-{request.param}")
+    model.eval().save_pretrained(directory / "model")
+    tokenizer.save_pretrained(directory / "model")
+    translator = ctranslate2.Translator(export_ctranslate2(directory / "model", directory / "ct2"), device="cpu",
+                                        compute_type="float32")
+    return model, translator
+
+
+def beam_outputs(model, translator, tokenizer, sources, generate_kwargs, translate_kwargs):
+    """(generate()'s, CTranslate2's) best translations of `sources`, as token lists."""
+    with torch.no_grad():
+        generated = model.generate(**tokenizer(sources, return_tensors="pt", padding=True), **generate_kwargs)
+    special = {tokenizer.pad_token_id, tokenizer.eos_token_id}
+    ours = [tokenizer.convert_ids_to_tokens([i for i in ids[1:].tolist() if i not in special]) for ids in generated]
+    theirs = [result.hypotheses[0] for result in translator.translate_batch(ctranslate2_tokens(tokenizer, sources),
+                                                                            **translate_kwargs)]
+    return ours, theirs
+
+
+NEW_SOURCES = [english for english, _ in generate_pairs(60, seed=7)]  # not trained on
+
+
+@pytest.mark.parametrize("length_penalty", [1.0, 0.6, 0.0])
+def test_beam_search_decodes_as_generate_with_its_stopping_rule(trained_export, tokenizer, length_penalty):
+    model, translator = trained_export
+    settings = {"beam_size": 4, "length_penalty": length_penalty, "max_decoding_length": 30}
+    ours, theirs = beam_outputs(model, translator, tokenizer, NEW_SOURCES, generate_kwargs_like_ctranslate2(**settings),
+                                settings)
+    assert ours == theirs
+    if length_penalty == 1.0:  # generate()'s default stopping rule finds other translations for some sentences
+        defaults, _ = beam_outputs(model, translator, tokenizer, NEW_SOURCES,
+                                   {"num_beams": 4, "length_penalty": 1.0, "max_new_tokens": 30}, settings)
+        assert defaults != theirs
+
+
+def test_generate_kwargs_like_ctranslate2_refuses_bad_settings():
+    assert generate_kwargs_like_ctranslate2() == {"num_beams": 2, "length_penalty": 1.0, "early_stopping": True,
+                                                  "do_sample": False, "max_new_tokens": 256, "min_new_tokens": 1}
+    for bad in ({"beam_size": 0}, {"max_decoding_length": 2.5}, {"min_decoding_length": -1}):
+        with pytest.raises(ValueError, match="must be an integer >="):
+            generate_kwargs_like_ctranslate2(**bad)
 
 
 def test_export_script_writes_an_int8_model_that_translates(tokenizer, tmp_path):

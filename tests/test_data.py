@@ -136,6 +136,7 @@ def fake_hub(tmp_path, monkeypatch):
         return datasets.load_from_disk(str(tmp_path / repository / config))[split]
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # no probe of the (absent) Hub
     return calls
 
 

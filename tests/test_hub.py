@@ -82,6 +82,7 @@ def test_model_card_describes_architecture_data_results_and_citation(tokenizer):
     for text in ("| encoder_layers | `2` |", "| lstm_hidden | `glu` |", "200 generated pairs", "| sacreBLEU | 61.23 |",
                  "| tokenized case-sensitive BLEU (as in the papers) | 63.4 |", "| chrF | 80.5 |", RESULTS["sacrebleu_signature"],
                  'pipeline("translation_en_to_de", model="user/tiny", trust_remote_code=True)',
+                 'AutoTokenizer.from_pretrained("user/tiny", trust_remote_code=True)',  # without: transformers asks [y/N]
                  "Rewiring the Transformer with Depth-Wise {LSTM}s", "Transformer with Depth-Wise {LSTM}"):
         assert text in card, text
     assert f"{model.num_parameters() / 1e6:.2f}M parameters" in card
@@ -162,3 +163,43 @@ def test_push_then_pull_without_the_package_gives_the_same_model_and_translation
 def test_push_rejects_a_bad_repo_id(tokenizer, repo_id):
     with pytest.raises(ValueError, match="user/name"):
         push_translation_model(tiny_model(tokenizer), tokenizer, repo_id, "card", endpoint="http://127.0.0.1:9")
+
+
+RESAVE_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
+    """
+    import json, sys
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+    sentences, settings = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    model = AutoModelForSeq2SeqLM.from_pretrained("saved", trust_remote_code=True)  # as run_translation.py loads it
+    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    model.save_pretrained("resaved")  # after fine-tuning, say
+    AutoTokenizer.from_pretrained("saved", trust_remote_code=True).save_pretrained("resaved")
+    translator = pipeline("translation_en_to_de", model="resaved", trust_remote_code=True)
+    print(json.dumps(translator(sentences, **settings)))
+    """
+)
+
+
+def files_named_by_config(directory) -> set[str]:
+    """The code files a saved config.json names: its `auto_map` classes' and its `custom_pipelines`' modules."""
+    config = json.loads((directory / "config.json").read_text())
+    references = [*config["auto_map"].values(), *(entry["impl"] for entry in config["custom_pipelines"].values())]
+    return {reference.rsplit(".", 1)[0] + ".py" for reference in references}
+
+
+def test_a_model_loaded_as_remote_code_and_saved_again_is_served_without_the_package(tokenizer, tmp_path):
+    model = tiny_model(tokenizer)
+    sentences = ["The dog sleeps.", "A small girl found an old book."]
+    expected = pipeline("translation_en_to_de", model=model, tokenizer=tokenizer)(sentences, **DECODE)
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    assert "pipeline_translation.py" in files_named_by_config(tmp_path / "saved")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, "-c", RESAVE_SCRIPT, json.dumps(sentences), json.dumps(DECODE)],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for directory in (tmp_path / "saved", tmp_path / "resaved"):
+        missing = {name for name in files_named_by_config(directory) if not (directory / name).is_file()}
+        assert not missing, f"{directory.name}/config.json names {missing}, which were not written"
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected

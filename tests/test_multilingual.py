@@ -130,6 +130,7 @@ def test_sources_mix_json_lines_with_three_languages_and_the_hub(tmp_path, monke
         return datasets.load_from_disk(str(tmp_path / repository / config))[split]
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # no probe of the (absent) Hub
     sources = parse_sources(str(tmp_path / "three.jsonl"), "all", ["opus100=en-de,de-en"])
     corpus = load_multilingual_corpus(sources)
     assert calls == [("Helsinki-NLP/opus-100", "de-en", "train")] * 2
@@ -320,6 +321,12 @@ REMOTE_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
         translator("A man .", tgt_lang="it", **settings)
     except ValueError as error:
         results.append(str(error))
+    # Tasks the saved config does not list: a zero-shot direction translates, an unknown target is refused.
+    results.append(pipeline("translation_de_to_fr", model="saved", trust_remote_code=True)("Ein Hund läuft .", **settings))
+    try:
+        pipeline("translation_en_to_it", model="saved", trust_remote_code=True)
+    except ValueError as error:
+        results.append(str(error))
     print(json.dumps(results))
     """
 )
@@ -337,6 +344,8 @@ def test_saved_multilingual_model_translates_without_the_package(saved_model):
     output = json.loads(result.stdout.strip().splitlines()[-1])
     assert output[:3] == expected
     assert output[3].startswith("Unsupported target language 'it'")
+    assert output[4] == translator_for(saved_model, "translation_de_to_fr")("Ein Hund läuft .", **GREEDY)
+    assert output[5] == output[3]  # the same list of languages and directions, for the task name
 
 
 # --- evaluation over many directions ---------------------------------------------------------------------------

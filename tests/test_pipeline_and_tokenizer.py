@@ -1,5 +1,6 @@
 """The joint BPE tokenizer, the translation pipeline (in-process and as remote code) and Seq2SeqTrainer, on Multi30k."""
 
+import copy
 import json
 import math
 import os
@@ -14,6 +15,8 @@ import torch
 from conftest import MULTI30K, WITHOUT_PACKAGE, read_multi30k
 from datasets import Dataset
 from transformers import (
+    AutoConfig,
+    AutoModel,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
     DataCollatorForSeq2Seq,
@@ -232,6 +235,64 @@ def test_saved_model_translates_without_the_package(model, tokenizer, corpus, tm
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_with_the_package_imported_nothing_needs_trust_remote_code_or_asks_for_it(model, tokenizer, corpus, tmp_path,
+                                                                                 monkeypatch):
+    """The Auto classes and the pipeline resolve a saved model to the package's registered classes; transformers
+    never asks its interactive "run the custom code? [y/N]" question (which stops a script)."""
+    sentence = corpus[0][0]
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    questions = []
+    monkeypatch.setattr("builtins.input", lambda *prompt: questions.append(prompt) or "n")
+    assert type(AutoConfig.from_pretrained(tmp_path)) is modeling_dwlstm.DwLstmConfig
+    assert type(AutoModel.from_pretrained(tmp_path)) is modeling_dwlstm.DwLstmModel
+    assert type(AutoModelForSeq2SeqLM.from_pretrained(tmp_path)) is modeling_dwlstm.DwLstmForConditionalGeneration
+    assert AutoTokenizer.from_pretrained(tmp_path)(sentence)["input_ids"] == tokenizer(sentence)["input_ids"]
+    for task in ("translation", "translation_en_to_de"):
+        for flag in ({}, {"trust_remote_code": True}):  # the package's code either way
+            translator = pipeline(task, model=str(tmp_path), **flag)
+            assert type(translator) is modeling_dwlstm.TranslationPipeline, task
+            expected = pipeline(task, model=model, tokenizer=tokenizer)(sentence, **GENERATE)
+            assert translator(sentence, **GENERATE) == expected
+    other = copy.deepcopy(model)
+    other.config.language_pairs = ["nl-qq"]  # a direction that no registered task name covers
+    other.save_pretrained(tmp_path / "nl-qq")
+    tokenizer.save_pretrained(tmp_path / "nl-qq")
+    assert type(pipeline("translation_nl_to_qq", model=str(tmp_path / "nl-qq"))) is modeling_dwlstm.TranslationPipeline
+    assert not questions
+    assert "translation" in json.loads((tmp_path / "config.json").read_text())["custom_pipelines"]  # for remote code
+
+
+DIRECTION_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
+    """
+    import json
+    from transformers import pipeline
+    try:
+        pipeline("translation_de_to_fr", model="saved", trust_remote_code=True)
+        print(json.dumps("created"))
+    except ValueError as error:
+        print(json.dumps(str(error)))
+    """
+)
+
+
+def test_an_untrained_direction_is_refused_with_the_models_directions_with_and_without_the_package(
+        model, tokenizer, tmp_path):
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    message = "Unsupported direction de to fr: this model translates ['en-de'] (its config's language_pairs)"
+    for source in (str(tmp_path / "saved"), model):  # a saved model, a loaded one
+        with pytest.raises(ValueError) as error:
+            pipeline("translation_de_to_fr", model=source, tokenizer=tokenizer)
+        assert str(error.value).startswith(message)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, "-c", DIRECTION_SCRIPT], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]).startswith(message)
 
 
 # --- Seq2SeqTrainer --------------------------------------------------------------------------------------------

@@ -14,10 +14,17 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torchao.quantization import Int8WeightOnlyConfig, quantize_
 from transformers import AutoModelForSeq2SeqLM, pipeline
+from transformers.testing_utils import CaptureLogger
 
 from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig, precision
 from modeling_dwlstm.modeling_dwlstm import DepthWiseLstm, DepthWiseLstmGates
-from modeling_dwlstm.modeling_translation import FusedLinear
+from modeling_dwlstm.modeling_translation import (
+    ATTENTION_PROJECTIONS,
+    FusedLinear,
+    attention_inputs_reached,
+    projection_names,
+)
+from modeling_dwlstm.modeling_translation import logger as modeling_logger
 from modeling_dwlstm.precision import (
     INT8_ROUTES,
     CpuFeatures,
@@ -215,6 +222,55 @@ def test_lora_all_linear_wraps_every_projection_of_the_depthwise_lstm_gates_incl
     assert len(calls) == calls_without_adapter
 
 
+def member_of(case: str):
+    return next(member for member in MEMBERS if member.config_class is CASES[case][0])
+
+
+# Every hidden computation of the depth-wise members: their projections' names depend on it.
+NAMING_CASES = MEMBER_CASES + DWLSTM_CASES + ["dwlstm-linear-none-gates-own-hidden-add", "rnn-linear-own-hidden-add"]
+
+
+@pytest.mark.parametrize("case", NAMING_CASES)
+def test_the_documented_lora_target_modules_reach_what_all_linear_reaches(case):
+    """The attention's names and the member's own (`FamilyMember.projections`) name every projection but the output
+    one; given as `target_modules`, they wrap what "all-linear" wraps, and nothing is reported."""
+    model = tiny_model(case)
+    names = projection_names(model) - {"lm_head"}
+    assert names <= {*ATTENTION_PROJECTIONS, *member_of(case).projections}
+    projections = [module for module in linear_modules(model) if module is not model.lm_head]
+    with CaptureLogger(modeling_logger) as captured:
+        adapted = get_peft_model(model, LoraConfig(target_modules=sorted(names), r=2))
+    assert captured.out == ""
+    wrapped = [module.base_layer for module in adapted.modules() if hasattr(module, "lora_A")]
+    assert {id(module) for module in wrapped} == {id(module) for module in projections}
+    reached, total = attention_inputs_reached(adapted)
+    assert reached == total == 24  # 2 + 3 self-attentions (q, k, v) and 3 cross-attentions (q, k, v)
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES)
+@pytest.mark.parametrize("targets, unmatched", [(["q_proj", "v_proj"], "['v_proj']"), (["q_proj"], None)])
+def test_lora_with_the_unfused_attention_names_is_reported(case, targets, unmatched):
+    """The usual recipe's q_proj is only cross-attention's query here (self-attention's are fused into qkv_proj)."""
+    with CaptureLogger(modeling_logger) as captured:
+        adapted = get_peft_model(tiny_model(case), LoraConfig(target_modules=targets, r=2))
+    assert attention_inputs_reached(adapted) == (3, 24)
+    assert "it reaches 3 of the 24 query/key/value projections" in captured.out
+    assert ("match no module of this model" in captured.out) == (unmatched is not None)
+    if unmatched:
+        assert f"target_modules {unmatched} match no module" in captured.out
+    assert "target_modules=['qkv_proj', 'q_proj', 'kv_proj', 'out_proj']" in captured.out
+    assert 'target_modules="all-linear"' in captured.out
+
+
+def test_lora_on_the_feed_forward_layers_only_is_taken_as_meant():
+    with CaptureLogger(modeling_logger) as captured:
+        get_peft_model(tiny_model("residual-pre"), LoraConfig(target_modules=["fc1", "fc2"], r=2))
+    assert captured.out == ""
+    with CaptureLogger(modeling_logger) as captured:  # but a name the model lacks is reported
+        get_peft_model(tiny_model("residual-pre"), LoraConfig(target_modules=["fc1", "fc2", "v_proj"], r=2))
+    assert "target_modules ['v_proj'] match no module" in captured.out
+
+
 Trained = namedtuple("Trained", "tokenizer models directories test")
 
 
@@ -305,8 +361,18 @@ def test_evaluate_script_decodes_in_bfloat16_and_int8(trained, tmp_path):
         run_script("evaluate_translation", "--model", "m", "--output_dir", "o", "--dtype", "float16")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, "bfloat16"])
+@pytest.mark.usefixtures("native_bfloat16")
+def test_prepare_for_inference_takes_torch_dtypes_as_well_as_names(dtype):
+    model = prepare_for_inference(tiny_model("residual-pre"), dtype)
+    expected = dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype)
+    assert {parameter.dtype for parameter in model.parameters()} == {expected}
+
+
 @pytest.mark.parametrize("change, message", [
     ({"dtype": "float16"}, "dtype must be one of float32, bfloat16"),
+    ({"dtype": torch.float16}, r"dtype must be one of float32, bfloat16 \(as a name or as torch.float32/torch.bfloat16\), "
+                               "got torch.float16"),
     ({"quantize": "int4"}, "quantize must be one of none, int8"),
 ])
 def test_bad_precision_settings_are_refused(change, message):

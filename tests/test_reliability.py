@@ -234,6 +234,7 @@ def test_paths_that_look_local_are_not_looked_up_on_the_hub(tmp_path, monkeypatc
     for typo in ("./my-modle", "runs/typo", str(tmp_path / "absent"), "my-modle", "a/b/c"):
         with pytest.raises(ValueError, match="no such folder"):
             check_local_or_hub(typo, "--model")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # no probe of the Hub: no network here
     check_local_or_hub("user/dwlstm-base", "--model")  # a Hub id passes on to transformers
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="config.json is a file; give the folder"):

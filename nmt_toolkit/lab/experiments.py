@@ -389,6 +389,10 @@ def _staged(command: list[str], output: Path, environment: dict, what: str, log:
         _run(staged, environment, log, what)
 
 
+class StageFailed(RuntimeError):
+    """A stage (a script run in its own process) failed; the message names its log and quotes its last lines."""
+
+
 def _run(command: list[str], environment: dict, log: Path, what: str):
     log.parent.mkdir(parents=True, exist_ok=True)
     logger.info("%s: %s", what, " ".join(_quote(part) for part in command))
@@ -396,7 +400,7 @@ def _run(command: list[str], environment: dict, log: Path, what: str):
         completed = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=environment, check=False)
     if completed.returncode != 0:
         tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-15:])
-        raise RuntimeError(f"{what} failed (exit {completed.returncode}); its log is {log}. Command:\n"
+        raise StageFailed(f"{what} failed (exit {completed.returncode}); its log is {log}. Command:\n"
                            f"{' '.join(_quote(part) for part in command)}\nLast lines:\n{tail}")
 
 

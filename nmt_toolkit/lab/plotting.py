@@ -69,7 +69,11 @@ def read_log_history(run_dir: str | Path) -> list[dict]:
         if not checkpoints:
             raise ValueError(f"{run_dir} has neither trainer_state.json nor a complete checkpoint: not a training run.")
         state = checkpoints[-1] / "trainer_state.json"
-    return json.loads(state.read_text())["log_history"]
+    try:
+        return json.loads(state.read_text(encoding="utf-8"))["log_history"]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"{state} is not a readable Trainer state ({error!r}); the run's log history is lost "
+                         "there.") from error
 
 
 def _pyplot():

@@ -1,0 +1,481 @@
+"""A user's mistakes that used to pass silently or end in a traceback: each is refused before any work with one
+line saying what was wrong and what to do, or handled and said so (a missing optional package, a closed pipe)."""
+
+import configparser
+import contextlib
+import io
+import json
+import logging
+import os
+import runpy
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import MULTI30K, read_multi30k
+from transformers import AutoModelForSeq2SeqLM
+
+from modeling_dwlstm import DwLstmConfig
+from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit import evaluation as evaluation_module
+from nmt_toolkit.checkpoints import load_saved_model
+from nmt_toolkit.data import load_parallel_corpus, tokenize_pairs, train_corpus_tokenizer
+from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, translate_sentences
+from nmt_toolkit.files import read_lines, write_checksums
+from nmt_toolkit.hub import push_translation_model
+from nmt_toolkit.lab.plotting import read_log_history
+from nmt_toolkit.multilingual import corpus_languages
+from nmt_toolkit.training import (
+    DataArguments,
+    ModelArguments,
+    TranslationTrainingArguments,
+    parse_training_arguments,
+    train_translation,
+)
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k is not at {MULTI30K}")]
+
+
+def save_model(folder: Path, tokenizer, language_pairs: list[str]) -> Path:
+    torch.manual_seed(0)
+    config = DwLstmConfig(**tokenizer_model_kwargs(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
+                          encoder_attention_heads=2, decoder_attention_heads=2, ffn_dim=16,
+                          max_position_embeddings=128, language_pairs=language_pairs)
+    AutoModelForSeq2SeqLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    write_checksums(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A bilingual en-de model (no tags) and a multilingual one with the tags <2de>, <2en>, <2fr> (not <2cs>)."""
+    folder = tmp_path_factory.mktemp("models")
+    texts = {language: read_multi30k("train", language, 60) for language in ("en", "de", "fr", "cs")}
+    every_text = [text for language_texts in texts.values() for text in language_texts]
+    bilingual = train_joint_bpe_tokenizer(texts["en"] + texts["de"] + texts["cs"], vocab_size=400)
+    tagged = train_joint_bpe_tokenizer(every_text, vocab_size=500, language_tags=["<2de>", "<2en>", "<2fr>"])
+    return {
+        "bilingual": save_model(folder / "bilingual", bilingual, ["en-de"]),
+        "multilingual": save_model(folder / "multilingual", tagged, ["en-de", "de-en", "en-fr", "fr-en"]),
+    }
+
+
+def evaluation(model, output_dir, **settings) -> EvaluationArguments:
+    return EvaluationArguments(model=str(model), output_dir=str(output_dir), num_beams=1, max_new_tokens=3,
+                               **settings)
+
+
+# --- Off-target rates without py3langid ---------------------------------------------------------------------------
+
+def test_the_train_extra_installs_the_language_identifier():
+    setup = configparser.ConfigParser()
+    setup.read(REPOSITORY / "setup.cfg")
+    assert "py3langid" in setup["options.extras_require"]["train"]
+
+
+def test_multilingual_evaluation_without_py3langid_skips_off_target_rates_and_says_so(models, tmp_path, monkeypatch,
+                                                                                        caplog):
+    monkeypatch.setitem(sys.modules, "py3langid", None)  # as on an install without it
+    monkeypatch.setitem(sys.modules, "py3langid.langid", None)
+    with caplog.at_level(logging.WARNING, logger="nmt_toolkit.evaluation"):
+        results = run_evaluation(evaluation(models["multilingual"], tmp_path / "eval", data=str(MULTI30K),
+                                            split="test_2016_flickr", max_pairs=2, language_pairs="en-de,de-en"))
+    assert "Off-target rates need py3langid" in caplog.text and "skipped" in caplog.text
+    assert "py3langid" in results["off_target_skipped"] and results["language_id"] is None
+    assert all(scores["off_target_rate"] is None for scores in results["directions"].values())
+    assert json.loads((tmp_path / "eval" / "results.json").read_text())["off_target_skipped"] == \
+        results["off_target_skipped"]
+
+
+# --- Files: line counts with --max_pairs, lone carriage returns, byte-order marks, empty references -----------------
+
+def write_pair(folder: Path, english: str, german: str, split: str = "test") -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / f"{split}.en").write_bytes(english.encode("utf-8"))
+    (folder / f"{split}.de").write_bytes(german.encode("utf-8"))
+    return folder
+
+
+def test_max_pairs_still_checks_that_the_files_have_the_same_number_of_lines(models, tmp_path):
+    folder = write_pair(tmp_path / "data", "a man .\ntwo dogs .\na cat .\n", "EXTRA LINE\nein mann .\nzwei hunde .\n"
+                        "eine katze .\n")
+    with pytest.raises(ValueError, match="Line counts differ: .*test.en ends before line 4"):
+        load_parallel_corpus(folder, "en", "de", "test", max_pairs=2)
+    with pytest.raises(ValueError, match="Line counts differ"):
+        run_evaluation(evaluation(models["bilingual"], tmp_path / "eval", data=str(folder), split="test",
+                                  source_lang="en", target_lang="de", max_pairs=2))
+    assert not (tmp_path / "eval" / "results.json").exists()
+
+
+def test_training_with_max_train_pairs_still_checks_the_line_counts(tmp_path):
+    folder = write_pair(tmp_path / "data", "a man .\ntwo dogs .\n", "EXTRA\nein mann .\nzwei hunde .\n", "train")
+    tokenizer = train_joint_bpe_tokenizer(["a man .", "two dogs .", "EXTRA", "ein mann .", "zwei hunde ."],
+                                          vocab_size=60)
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    (tmp_path / "tiny.json").write_text(json.dumps({"model_type": "dwlstm", "d_model": 16, "ffn_dim": 16,
+                                                    "encoder_layers": 1, "decoder_layers": 1,
+                                                    "encoder_attention_heads": 2, "decoder_attention_heads": 2}))
+    arguments = (ModelArguments(str(tmp_path / "tiny.json"), str(tmp_path / "tokenizer")),
+                 DataArguments(dataset=str(folder), source_lang="en", target_lang="de", max_train_pairs=1),
+                 TranslationTrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1, use_cpu=True))
+    with pytest.raises(ValueError, match="Line counts differ: .*train.en ends before line 3"):
+        train_translation(*arguments)
+
+
+@pytest.mark.parametrize("reader", ["read_lines", "folder", "evaluation"])
+def test_lone_carriage_return_line_ends_are_refused(reader, models, tmp_path):
+    folder = write_pair(tmp_path / "data", "a man .\rtwo dogs .\ra cat .\r", "ein mann .\rzwei hunde .\reine katze .\r")
+    with pytest.raises(ValueError, match=r"test.(en|de): its lines end in lone carriage returns .*tr '\\r' '\\n'"):
+        if reader == "read_lines":
+            read_lines(folder / "test.de")
+        elif reader == "folder":
+            load_parallel_corpus(folder, "en", "de", "test", max_pairs=1)
+        else:
+            run_evaluation(evaluation(models["bilingual"], tmp_path / "eval", source_file=str(folder / "test.en"),
+                                      reference_file=str(folder / "test.de"), target_lang="de"))
+    assert read_lines(write_pair(tmp_path / "ok", "one\rinside\n", "eins\n") / "test.en") == ["one\rinside"]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
+    folder = write_pair(tmp_path / "data", "\ufeffa man .\ntwo dogs .\n", "\ufeffein mann .\nzwei hunde .\n")
+    assert read_lines(folder / "test.de") == ["ein mann .", "zwei hunde ."]
+    assert load_parallel_corpus(folder, "en", "de", "test")["translation"][0] == {"en": "a man .", "de": "ein mann ."}
+    (tmp_path / "pairs.jsonl").write_text('\ufeff{"en": "a man .", "de": "ein mann ."}\n', encoding="utf-8")
+    assert len(load_parallel_corpus(tmp_path / "pairs.jsonl", "en", "de")) == 1
+
+
+def test_empty_references_are_named_in_a_warning(models, tmp_path, caplog):
+    folder = write_pair(tmp_path / "data", "a man .\ntwo dogs .\na cat .\n", "ein mann .\n\n \n")
+    with caplog.at_level(logging.WARNING, logger="nmt_toolkit.evaluation"):
+        run_evaluation(evaluation(models["bilingual"], tmp_path / "eval", source_file=str(folder / "test.en"),
+                                  reference_file=str(folder / "test.de"), source_lang="en", target_lang="de"))
+    assert "2 empty reference line(s) (the first: line 2)" in caplog.text
+
+
+# --- Directions the model has no tag for ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model, settings, message", [
+    ("multilingual", {"language_pairs": "en-cs"}, r"no tag <2cs> for the direction en-cs: it translates into "
+                                                  r"\['de', 'en', 'fr'\]"),
+    ("multilingual", {"language_pairs": "cs-de"}, r"does not know the source language of cs-de"),
+    ("bilingual", {"language_pairs": "en-de"}, r"no language tags .* bilingual model \(en-de\)\. Evaluate it with "
+                                               r"--source_lang and --target_lang"),
+    ("multilingual", {"source_lang": "en", "target_lang": "de"}, r"reserves the language tags .*<2de>.* Evaluate it "
+                                                                 r"with --add_language_tag, or with --language_pairs "
+                                                                 r"en-de"),
+    ("multilingual", {"source_lang": "en", "target_lang": "cs", "add_language_tag": True}, r"no tag <2cs>"),
+])
+def test_directions_the_model_cannot_be_asked_for_are_refused_before_decoding(models, model, settings, message,
+                                                                             tmp_path, monkeypatch):
+    monkeypatch.setattr(evaluation_module, "translate_sentences", lambda *args, **kwargs: pytest.fail("decoded"))
+    with pytest.raises(ValueError, match=message):
+        run_evaluation(evaluation(models[model], tmp_path / "eval", data=str(MULTI30K), split="test_2016_flickr",
+                                  max_pairs=2, **settings))
+    assert not (tmp_path / "eval" / "results.json").exists()
+
+
+def test_the_layer_analysis_refuses_a_model_trained_with_tags(models, tmp_path):
+    from conftest import run_script
+
+    with pytest.raises(ValueError, match=r"was trained with language tags .*<2de>.* Analyse a bilingual model"):
+        run_script("analyze_layers", "--model", models["multilingual"], "--data", MULTI30K, "--source_lang", "en",
+                   "--target_lang", "de", "--split", "test_2016_flickr", "--fit_steps", 1, "--max_sentences", 2,
+                   "--output_dir", tmp_path / "layers")
+
+
+# --- Numbers and devices --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("settings, message", [
+    ({"length_penalty": float("nan")}, "--length_penalty must be a finite number, got nan"),
+    ({"max_pairs": -1}, "--max_pairs must be a positive integer, got -1"),
+    ({"max_pairs": 0}, "--max_pairs must be a positive integer, got 0"),
+    ({"num_beams": 0}, "--num_beams must be a positive integer, got 0"),
+    ({"max_new_tokens": 0}, "--max_new_tokens must be a positive integer, got 0"),
+    ({"max_tokens": -4}, "--max_tokens must be a positive integer, got -4"),
+    ({"bootstrap_samples": 0}, "--bootstrap_samples must be a positive integer, got 0"),
+    ({"device": "gpu"}, "--device 'gpu' is not a device name: use cpu, cuda"),
+    ({"device": "cuda:0"}, r"--device cuda:0: PyTorch sees no cuda device on this machine .*use --device cpu"),
+])
+def test_evaluation_numbers_and_devices_are_checked_before_any_work(models, settings, message, tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    folder = write_pair(tmp_path / "data", "a man .\ntwo dogs .\n", "ein mann .\nzwei hunde .\n")
+    arguments = {"num_beams": 1, "max_new_tokens": 3, **settings}
+    with pytest.raises(ValueError, match=message):
+        run_evaluation(EvaluationArguments(model=str(models["bilingual"]), output_dir=str(tmp_path / "eval"),
+                                           source_file=str(folder / "test.en"), reference_file=str(folder / "test.de"),
+                                           target_lang="de", **arguments))
+    assert not (tmp_path / "eval").exists()
+
+
+def test_translate_sentences_checks_its_decoding_settings(models):
+    model, tokenizer = load_saved_model(models["bilingual"]), None
+    for settings, message in (({"num_beams": 0}, "--num_beams"), ({"length_penalty": float("inf")}, "--length_penalty"),
+                              ({"max_new_tokens": 0}, "--max_new_tokens")):
+        with pytest.raises(ValueError, match=f"{message} must be"):
+            translate_sentences(model, tokenizer, ["a man ."], **settings)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max_steps", "0"], "--max_steps must be a positive number of updates, or -1 to train for --num_train_epochs"),
+    (["--max_steps", "-5"], "--max_steps must be a positive number of updates, or -1"),
+    (["--max_steps", "-1", "--num_train_epochs", "0"], "--num_train_epochs must be a positive number"),
+    (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps must be a positive integer, got 0"),
+    (["--per_device_train_batch_size", "64"], "batches are made by token count here: --per_device_train_batch_size"),
+    (["--auto_find_batch_size"], "--auto_find_batch_size have no effect. Set --max_tokens"),
+    (["--per_device_eval_batch_size", "0"], "--per_device_eval_batch_size must be a positive integer"),
+    (["--save_steps", "0"], "--save_steps must be a positive number"),
+    (["--max_grad_norm", "-1"], "--max_grad_norm must be at least 0"),
+    (["--generation_num_beams", "0"], "--generation_num_beams must be a positive integer"),
+    (["--max_tokens", "0"], "--max_tokens must be a positive integer, got 0"),
+    (["--max_length", "-1"], "--max_length must be a positive integer"),
+    (["--target_tokens_per_update", "0"], "--target_tokens_per_update must be a positive integer, got 0"),
+    (["--max_train_pairs", "-1"], "--max_train_pairs must be a positive integer, got -1"),
+    (["--max_validation_pairs", "0"], "--max_validation_pairs must be a positive integer"),
+    (["--sampling_temperature", "0"], "--sampling_temperature must be a positive number"),
+    (["--max_unknown_share", "nan"], "--max_unknown_share must be a finite number"),
+])
+def test_training_numbers_are_refused_when_parsed(flags, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        parse_training_arguments(["--model_name_or_path", "m.json", "--dataset", "d", "--output_dir",
+                                  str(tmp_path / "run"), *flags])
+    assert not (tmp_path / "run").exists()
+
+
+def test_training_still_takes_epochs_with_max_steps_minus_one(tmp_path):
+    *_, training = parse_training_arguments(["--model_name_or_path", "m.json", "--dataset", "d", "--output_dir",
+                                             str(tmp_path), "--max_steps", "-1", "--num_train_epochs", "2"])
+    assert (training.max_steps, training.num_train_epochs) == (-1, 2)
+
+
+# --- Training: a tokenizer that cannot spell the language, config files ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def english_only(tmp_path_factory):
+    """A tokenizer trained on English alone (German's umlauts and ß are unknown to it) and a tiny config."""
+    folder = tmp_path_factory.mktemp("english-only")
+    train_joint_bpe_tokenizer(read_multi30k("train", "en", 200), vocab_size=300).save_pretrained(folder / "tokenizer")
+    (folder / "tiny.json").write_text(json.dumps({"model_type": "dwlstm", "d_model": 16, "ffn_dim": 16,
+                                                  "encoder_layers": 1, "decoder_layers": 1,
+                                                  "encoder_attention_heads": 2, "decoder_attention_heads": 2}))
+    return folder
+
+
+def training_arguments(folder: Path, output_dir: Path, config: str = "tiny.json", **data):
+    return (ModelArguments(str(folder / config), str(folder / "tokenizer")),
+            DataArguments(dataset=str(MULTI30K), source_lang="en", target_lang="de", max_train_pairs=200,
+                          max_tokens=400, **data),
+            TranslationTrainingArguments(output_dir=str(output_dir), max_steps=1, warmup_steps=0, use_cpu=True,
+                                         save_strategy="no", disable_tqdm=True))
+
+
+def test_training_refuses_a_tokenizer_that_cannot_spell_the_target_language(english_only, tmp_path):
+    with pytest.raises(ValueError, match=r"\d\.\d% of the de \(target\) tokens of the en-de training pairs are <unk> "
+                                         r"\([\d,]+ of [\d,]+\): the tokenizer cannot spell this language.*"
+                                         r"--max_unknown_share 1 to train anyway"):
+        train_translation(*training_arguments(english_only, tmp_path / "run"))
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+
+
+def test_a_few_unknown_tokens_are_a_warning(english_only, caplog):
+    from transformers import AutoTokenizer
+
+    from nmt_toolkit.data import check_unknown_tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(english_only / "tokenizer")
+    pairs = tokenize_pairs(load_parallel_corpus(MULTI30K, "en", "de", max_pairs=50), tokenizer, "en", "de")
+    with caplog.at_level(logging.WARNING, logger="nmt_toolkit.data"):
+        check_unknown_tokens(pairs, tokenizer, limit=1.0, languages=("en", "de"))
+    assert "of the de (target) tokens of the en-de training pairs are <unk>" in caplog.text
+    assert "of the en (source)" not in caplog.text
+    ok = train_corpus_tokenizer([load_parallel_corpus(MULTI30K, "en", "de", max_pairs=50)], ["en", "de"], merges=50)
+    check_unknown_tokens(tokenize_pairs(load_parallel_corpus(MULTI30K, "en", "de", max_pairs=50), ok, "en", "de"), ok)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"model_type": "dwlstm",, "d_model": 16}', r"Config file \S+broken.json is not valid JSON \(Expecting"),
+    ('{"model_type": "dwlsmt"}', r"broken.json: model_type 'dwlsmt' is not a known model type \(did you mean "
+                                 r"'dwlstm'\?\); this family's types: \['dwlstm', 'dwlstm-residual'"),
+])
+def test_config_files_with_errors_are_named(english_only, text, message, tmp_path):
+    (english_only / "broken.json").write_text(text)
+    with pytest.raises(ValueError, match=message) as error:
+        train_translation(*training_arguments(english_only, tmp_path / "run", config="broken.json"))
+    assert len(str(error.value)) < 400, "the family's types, not all of transformers'"
+
+
+def test_damaged_json_files_are_named(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trainer_state.json").write_text("{")
+    with pytest.raises(ValueError, match=r"run/trainer_state.json is not a readable Trainer state"):
+        read_log_history(tmp_path / "run")
+    (tmp_path / "pairs.jsonl").write_text("not json\n")
+    with pytest.raises(ValueError, match=r"pairs.jsonl, first line: not a JSON object"):
+        corpus_languages(tmp_path / "pairs.jsonl")
+
+
+# --- Paths that are not there, and the Hub out of reach ----------------------------------------------------------
+
+@pytest.fixture
+def unreachable_hub(monkeypatch):
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: pytest.fail("asked the Hub"))
+
+
+def test_a_mistyped_local_path_shaped_like_a_hub_id_is_answered_at_once(unreachable_hub, tmp_path):
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"--model rnus/dwlstm: no such local folder, and the Hub "
+                                         r"\(http://127.0.0.1:9\) cannot be reached .*Check the path, or the network"):
+        run_evaluation(EvaluationArguments(model="rnus/dwlstm", output_dir=str(tmp_path / "eval"), data=str(MULTI30K),
+                                           split="test_2016_flickr", source_lang="en", target_lang="de", max_pairs=1))
+    with pytest.raises(ValueError, match=r"The corpus dat/multi30k: no such local folder, and the Hub "
+                                         r"\(http://127.0.0.1:9\) cannot be reached"):
+        load_parallel_corpus("dat/multi30k", "en", "de")
+    assert time.monotonic() - started < 20
+
+
+def test_a_corpus_path_that_does_not_exist_is_not_looked_up_on_the_hub(monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: pytest.fail("asked the Hub"))
+    for path in ("data/multi30k/typo", "./m30k", "~/corpora/m30k"):
+        with pytest.raises(ValueError, match=f"{path}: no such folder or file"):
+            load_parallel_corpus(path, "en", "de")
+
+
+def test_pushing_without_a_network_is_one_clear_error(models):
+    model = load_saved_model(models["bilingual"])
+    with pytest.raises(ValueError, match=r"Cannot push user/model to the Hub at http://127.0.0.1:9: .*Check the "
+                                         r"network, HF_ENDPOINT and the login"):
+        push_translation_model(model, None, "user/model", "card", token="hf_unused", endpoint="http://127.0.0.1:9")
+
+
+# --- Scripts: one line, no traceback; argparse checks counts and devices ------------------------------------------
+
+def run_as_main(name: str, *argv) -> tuple[int, str]:
+    """Run scripts/<name>.py as `python scripts/<name>.py ARGV` would, in this process: (exit code, stderr)."""
+    stderr, saved_argv = io.StringIO(), sys.argv
+    sys.argv = [str(REPOSITORY / "scripts" / f"{name}.py"), *map(str, argv)]
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
+                pytest.raises(SystemExit) as exit_info:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+    finally:
+        sys.argv = saved_argv
+    return exit_info.value.code, stderr.getvalue()
+
+
+@pytest.mark.parametrize("name, flags, message", [
+    ("analyze_layers", ["--num_beams", "0"], "argument --num_beams: must be a positive integer, got '0'"),
+    ("analyze_layers", ["--fit_steps", "-3"], "argument --fit_steps: must be a positive integer"),
+    ("analyze_layers", ["--device", "gpu"], "argument --device: 'gpu' is not a device name: use cpu, cuda"),
+    ("plot_internals", ["--batch_size", "0"], "argument --batch_size: must be a positive integer"),
+    ("plot_internals", ["--threads", "0"], "argument --threads: must be a positive integer"),
+    ("diagnose_depth", ["--steps", "0"], "argument --steps: must be a positive integer"),
+    ("diagnose_depth", ["--learning_rate", "nan"], "argument --learning_rate: must be a finite number"),
+    ("diagnose_depth", ["--warmup_steps", "-1"], "argument --warmup_steps: must be zero or a positive integer"),
+    ("benchmark", ["--threads", "0"], "argument --threads: must be a positive integer"),
+    ("benchmark", ["--repeats", "0"], "argument --repeats: must be a positive integer"),
+    ("quickstart", ["--max_steps", "0"], "argument --max_steps: must be a positive integer"),
+    ("quickstart", ["--threads", "0"], "argument --threads: must be a positive integer"),
+    ("run_experiments", ["--threads", "0"], "argument --threads: must be a positive integer"),
+    ("measure_gradient_norms", ["--steps", "0"], "argument --steps: must be a positive integer"),
+    ("train_tokenizer", ["--model_max_length", "0"], "argument --model_max_length: must be a positive integer"),
+])
+def test_script_counts_and_devices_are_usage_errors(name, flags, message, tmp_path):
+    required = {"analyze_layers": ["--model", "m", "--data", "d", "--source_lang", "en", "--target_lang", "de"],
+                "plot_internals": ["--model", "m"], "diagnose_depth": ["--data", "d", "--tokenizer", "t", "--configs",
+                                                                        "c.json"],
+                "run_experiments": ["e.json"], "train_tokenizer": ["--dataset", "d", "--source_lang", "en",
+                                                                   "--target_lang", "de"]}.get(name, [])
+    output = ["--output_dir", tmp_path / "out"] if name not in ("benchmark", "run_experiments",
+                                                                "measure_gradient_norms") else []
+    code, stderr = run_as_main(name, *required, *output, *flags)
+    assert code == 2 and message in stderr, stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name, argv, message", [
+    ("results_table", ["missing/results.json"], "error: Cannot read evaluation results from missing/results.json"),
+    ("plot_training", ["missing-run", "--output", "x.png"], "error: missing-run has neither trainer_state.json"),
+    ("run_experiments", ["missing.json"], "error: No experiment file missing.json"),
+    ("benchmark", ["--members", "no-such-member"], "error: Unknown members ['no-such-member']"),
+    ("make_hub_configs", ["--output_dir", "a-file/configs"], "error: [Errno 20] Not a directory"),
+    ("push_to_hub", ["--model", "missing/model/folder", "--repo_id", "u/m", "--training_data", "x"],
+     "error: --model missing/model/folder: no such folder"),
+    ("measure_gradient_norms", ["--data_dir", "missing/data/folder", "--steps", "1"],
+     "error: missing/data/folder: no such folder or file"),
+])
+def test_scripts_end_in_one_line_without_a_traceback(name, argv, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    code, stderr = run_as_main(name, *argv)
+    assert code == 1 and stderr.strip().splitlines()[-1].startswith(message), stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+
+
+def test_a_missing_optional_package_and_a_failed_campaign_stage_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": 2.0}]}))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, stderr = run_as_main("plot_training", "run", "--output", "curves.png")
+    assert code == 1 and stderr.strip() == 'error: Plotting needs matplotlib: pip install -e ".[plot]"', stderr
+
+    from nmt_toolkit.cli import exit_on_error
+    from nmt_toolkit.lab.experiments import StageFailed
+
+    def failing_stage():
+        raise StageFailed("training failed (exit 1); its log is runs/x/train.log.")
+
+    with contextlib.redirect_stderr(io.StringIO()) as stderr, pytest.raises(SystemExit) as exit_info:
+        exit_on_error(failing_stage, also=(StageFailed,))
+    assert exit_info.value.code == 1
+    assert stderr.getvalue() == "error: training failed (exit 1); its log is runs/x/train.log.\n"
+
+
+def test_quickstart_into_a_non_empty_folder_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("mine")
+    code, stderr = run_as_main("quickstart", "--output_dir", "out")
+    assert code == 1 and "error: Output folder out is not empty (holds mine.txt)" in stderr, stderr
+    assert "Traceback" not in stderr
+
+
+def test_push_to_hub_without_a_network_is_one_line(models, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    code, stderr = run_as_main("push_to_hub", "--model", models["bilingual"], "--repo_id", "user/model",
+                               "--training_data", "Multi30k", "--token", "hf_unused")
+    assert code == 1 and stderr.strip().splitlines()[-1].startswith("error: Cannot push user/model to the Hub")
+    assert "Traceback" not in stderr, stderr
+
+
+def test_evaluation_into_a_closed_pipe_ends_without_a_traceback(models, tmp_path):
+    """`evaluate_translation.py ... | head -1`: the reader has gone when the results are printed."""
+    folder = write_pair(tmp_path / "data", "a man .\n", "ein mann .\n")
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPOSITORY)}
+    process = subprocess.Popen(
+        [sys.executable, str(REPOSITORY / "scripts" / "evaluate_translation.py"), "--model", str(models["bilingual"]),
+         "--output_dir", str(tmp_path / "eval"), "--source_file", str(folder / "test.en"), "--reference_file",
+         str(folder / "test.de"), "--num_beams", "1", "--max_new_tokens", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment)
+    process.stdout.close()  # the reader stops before anything is printed
+    stderr = process.stderr.read().decode()
+    process.wait(timeout=300)
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+    assert process.returncode == 1
+    assert (tmp_path / "eval" / "results.json").is_file(), "the results are written all the same"
