@@ -2,7 +2,6 @@
 quantiser and a LoRA adapter reach; bfloat16 and int8 models decode like float32 ones; the script options."""
 
 import copy
-import dataclasses
 import json
 from collections import namedtuple
 
@@ -47,12 +46,6 @@ MEMBER_CASES = [next(case for case, (config_class, _) in CASES.items() if config
 DWLSTM_CASES = ["dwlstm-glu-global-gates-shared-hidden-concat", "dwlstm-ffn-none-gates-own-hidden-add", "dwlstm-two-lstm"]
 INT8_KERNELS = (torch._int_mm, torch.ops.quantized.linear_dynamic)  # the two routes' int8 products
 INT8_MIXINS = {"int_mm": precision.Int8Projection, "fbgemm": precision.FbgemmInt8Projection}
-
-
-@pytest.fixture
-def native_bfloat16(monkeypatch):
-    """This CPU as one with native bfloat16, for tests of bfloat16's numbers (on others it is refused as slow)."""
-    monkeypatch.setattr(precision, "cpu_features", lambda: dataclasses.replace(cpu_features(), native_bfloat16=True))
 
 
 @pytest.fixture(params=INT8_ROUTES)
@@ -181,6 +174,14 @@ def test_cpu_features_follow_the_flags_capped_by_the_imitated_level(monkeypatch,
         assert int8_route(features) == expected_route
     finally:
         precision.cpu_features.cache_clear()
+
+
+def test_the_evaluation_script_refuses_bfloat16_where_it_is_slow_before_any_work(monkeypatch, tmp_path):
+    monkeypatch.setattr(precision, "cpu_features", lambda: CpuFeatures("AVX2", False, False))
+    with pytest.raises(ValueError, match="bfloat16 would decode several times slower than float32"):
+        run_script("evaluate_translation", "--model", tmp_path / "never-loaded", "--output_dir", tmp_path / "out",
+                   "--source_file", tmp_path / "s", "--reference_file", tmp_path / "r", "--dtype", "bfloat16")
+    assert not (tmp_path / "out").exists()
 
 
 def test_slow_routes_are_refused_with_what_to_use(monkeypatch):
