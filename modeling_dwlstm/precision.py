@@ -43,6 +43,9 @@ A prepared model is for inference: int8 weights take no gradient, and it is not 
 """
 
 import functools
+import os
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -52,14 +55,66 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 QUANTIZATIONS = ("none", "int8")
 OUTPUT_PROJECTION = "lm_head"
 SMALLEST_SCALE = 1e-12  # an all-zero row (a padded position) quantises to zeros instead of dividing by zero
+INT8_ROUTES = ("int_mm", "fbgemm")
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """What decides which low-precision route is fast on this CPU."""
+
+    capability: str  # PyTorch's kernel level, torch.backends.cpu.get_cpu_capability(): "AVX2", "AVX512", ...
+    int8_dot_products: bool  # AVX-512 VNNI or AMX: int8 GEMMs (torch._int_mm) run at several times float32's rate
+    native_bfloat16: bool  # AVX-512 BF16 or AMX: bfloat16 GEMMs run faster than float32 ones
+
+    def describe(self) -> str:
+        extras = [name for name, present in (("VNNI", self.int8_dot_products), ("BF16", self.native_bfloat16)) if present]
+        return self.capability + (f" with {' and '.join(extras)}" if extras else " (no VNNI, no native bfloat16)")
+
+
+@functools.cache
+def cpu_features() -> CpuFeatures:
+    """This CPU's features as the kernels will use them: the flags of /proc/cpuinfo, capped by the instruction
+    level PyTorch dispatches to (ATEN_CPU_CAPABILITY) and oneDNN's (ONEDNN_MAX_CPU_ISA), so that imitating an
+    older CPU with those variables imitates it here too. Without /proc/cpuinfo: no VNNI and no native bfloat16."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text(encoding="utf-8").split())
+    except OSError:
+        flags = set()
+    capability = torch.backends.cpu.get_cpu_capability()
+    onednn_isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    avx512 = capability.startswith("AVX512") and (onednn_isa == "ALL" or "AVX512" in onednn_isa or "AMX" in onednn_isa)
+    return CpuFeatures(capability=capability,
+                       int8_dot_products=avx512 and bool(flags & {"avx512_vnni", "amx_int8"}),
+                       native_bfloat16=avx512 and bool(flags & {"avx512_bf16", "amx_bf16"}))
+
+
+def int8_route(features: CpuFeatures | None = None) -> str:
+    """The int8 GEMM that is fast on this CPU: "int_mm" (torch._int_mm, per-token activation scales) with VNNI or
+    AMX, else "fbgemm" (PyTorch's dynamic quantised linear; int8 multiply-adds with AVX2/AVX-512, per-batch
+    activation scale), where torch._int_mm falls back to a path tens of times slower than float32."""
+    features = features or cpu_features()
+    if features.int8_dot_products:
+        return "int_mm"
+    if fbgemm_available():
+        return "fbgemm"
+    raise ValueError(f"int8 would be slower than float32 on this CPU ({features.describe()}): it has no int8 "
+                     "dot-product instructions and PyTorch has no fbgemm kernels here. Decode in float32.")
+
+
+def fbgemm_available() -> bool:
+    """Whether this PyTorch build has fbgemm's int8 kernels (x86 builds do)."""
+    return "fbgemm" in torch.backends.quantized.supported_engines
 
 
 def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32", quantize: str = "none",
-                          quantize_output_projection: bool = True) -> nn.Module:
-    """Cast `model` to `dtype` ("float32" or "bfloat16", or the torch dtype: torch.bfloat16) and, with
-    quantize="int8", quantise every `nn.Linear` to int8 (W8A8, dynamic; the output projection too unless
-    `quantize_output_projection` is False). Changes `model` in place, puts it in eval mode and returns it."""
-    check_precision(dtype, quantize)
+                          quantize_output_projection: bool = True, allow_slow: bool = False) -> nn.Module:
+    """Cast `model` to `dtype` ("float32" or "bfloat16", or the torch dtype: torch.bfloat16) and, with quantize="int8", quantise every
+    `nn.Linear` to int8 (W8A8, dynamic; the output projection too unless `quantize_output_projection`
+    is False), by the int8 route that is fast on this CPU (`int8_route`). Changes `model` in place, puts it in
+    eval mode and returns it. bfloat16 on a CPU without native bfloat16 is refused (it would decode several
+    times slower than float32) unless `allow_slow` (e.g. to halve the memory)."""
+    device = next(model.parameters()).device.type
+    check_precision(dtype, quantize, device, allow_slow)
     if any(is_quantized(module) for module in linear_modules(model)):
         raise ValueError("The model is already quantised: prepare a freshly loaded model (float32 or bfloat16).")
     model.eval()
@@ -69,11 +124,21 @@ def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32"
     return model
 
 
-def check_precision(dtype: str | torch.dtype, quantize: str) -> None:
-    """A one-line ValueError for an unknown dtype or quantisation."""
-    torch_dtype(dtype)
+def check_precision(dtype: str | torch.dtype, quantize: str, device: str = "cpu", allow_slow: bool = False) -> None:
+    """A one-line ValueError for an unknown dtype or quantisation, or for one that would be slower than float32 on
+    this CPU (bfloat16 without native bfloat16, unless `allow_slow`; int8 without a fast int8 kernel)."""
+    dtype = torch_dtype(dtype)
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZATIONS)}, got {quantize!r}.")
+    if device != "cpu":
+        return
+    features = cpu_features()
+    if dtype == torch.bfloat16 and not features.native_bfloat16 and not allow_slow:
+        raise ValueError(f"bfloat16 would decode several times slower than float32 on this CPU ({features.describe()}; "
+                         "bfloat16 is fast only with AVX-512 BF16 or AMX). Use float32, or int8 (quantize='int8', "
+                         "--quantize int8), which is fast here.")
+    if quantize == "int8":
+        int8_route(features)
 
 
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -89,10 +154,10 @@ def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 class Int8Projection:
     """The forward of an `nn.Linear` whose weight is int8 (`weight_scale` per output row), mixed in before the
-    module's own class by `quantize_int8`:
+    module's own class by `quantize_int8` on CPUs with int8 dot products (the "int_mm" route):
 
-        s_x = max|x_t| / r   (per token, r = 127, or 63 without VNNI)     x_q = round(x / s_x)
-        y   = (x_q @ W_q^T) * s_W * s_x + b                                 (int32 product, rescaled)
+        s_x = max|x_t| / r   (per token; r = 127, or 63 without VNNI)     x_q = round(x / s_x)
+        y   = (x_q @ W_q^T) * s_W * s_x + b                     (int32 product, rescaled)
     """
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -105,39 +170,72 @@ class Int8Projection:
         return output.to(input.dtype).unflatten(0, input.shape[:-1])
 
 
+class FbgemmInt8Projection(Int8Projection):
+    """The same W8A8 product through fbgemm's dynamic quantised linear (the "fbgemm" route, for CPUs without int8
+    dot products), which quantises its input with one scale for the whole batch. To keep a scale per token (so
+    that a sentence translates the same alone or in any batch), each row is divided by its own max |x_t| first and
+    two rows of +1 and -1 are appended, which pin the batch's range to [-1, 1]; the product is rescaled by
+    max |x_t| after. Activations use 7 bits (`reduce_range`) so that AVX2's multiply-add pairs cannot saturate int16:
+
+        s_t = max|x_t|      y_t = fbgemm(x_t / s_t) * s_t + b
+    """
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        rows = input.reshape(-1, self.in_features).float()  # (N, in)
+        scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=SMALLEST_SCALE)  # (N, 1)
+        pinned = torch.cat([rows / scale, self.range_rows])  # (N + 2, in), values in [-1, 1], both ends present
+        output = torch.ops.quantized.linear_dynamic(pinned, self.packed_weight, True)[:-2].mul_(scale)  # (N, out)
+        if self.bias is not None:
+            output += self.bias
+        return output.to(input.dtype).unflatten(0, input.shape[:-1])
+
+
 @functools.cache
-def int8_class(linear_class: type) -> type:
-    """`linear_class` with `Int8Projection`'s forward (Int8Linear, Int8FusedLinear, Int8DepthwiseLstmGates)."""
-    return type(f"Int8{linear_class.__name__}", (Int8Projection, linear_class), {})
+def int8_class(linear_class: type, route: str) -> type:
+    """`linear_class` with the route's forward (Int8Linear, Int8FusedLinear, Int8DepthWiseLstmGates, ...)."""
+    mixin = FbgemmInt8Projection if route == "fbgemm" else Int8Projection
+    prefix = "FbgemmInt8" if route == "fbgemm" else "Int8"
+    return type(f"{prefix}{linear_class.__name__}", (mixin, linear_class), {})
 
 
-def quantize_int8(model: nn.Module, output_projection: bool = True) -> nn.Module:
+def quantize_int8(model: nn.Module, output_projection: bool = True, route: str | None = None) -> nn.Module:
     """int8 dynamic-activation / int8-weight quantisation of every `nn.Linear` of `model` (and of `lm_head`
-    only when `output_projection`), in place; see the module docstring."""
+    only when `output_projection`), in place, by `route` ("int_mm" or "fbgemm"; default: `int8_route()`, the
+    fast one on this CPU); see the module docstring."""
     if next(model.parameters()).device.type != "cpu":
-        raise ValueError("int8 quantisation is for CPU inference (torch._int_mm); on a GPU use dtype='bfloat16'.")
-    activation_range = 127 if cpu_has_vnni() else 63
+        raise ValueError("int8 quantisation is for CPU inference; on a GPU use dtype='bfloat16'.")
+    route = route or int8_route()
+    if route not in INT8_ROUTES:
+        raise ValueError(f"route must be one of {', '.join(INT8_ROUTES)}, got {route!r}.")
+    activation_range = 127 if cpu_has_vnni() else 63  # u8 x s8 pair sums must not saturate int16 without VNNI
     for name, module in model.named_modules():  # each module once, shared ones included
         if isinstance(module, nn.Linear) and (output_projection or name != OUTPUT_PROJECTION):
             weight = module.weight.detach().float()  # (out, in)
             scale = weight.abs().amax(dim=1).clamp(min=SMALLEST_SCALE) / 127  # (out,)
+            quantized = (weight / scale[:, None]).round().to(torch.int8)
+            if route == "fbgemm":
+                module.packed_weight = _fbgemm_pack(quantized, scale)
+                module.range_rows = torch.tensor([[1.0], [-1.0]]).expand(2, module.in_features).contiguous()
             # A new parameter: a tied output projection unties, the embedding keeps its float weights.
-            module.weight = nn.Parameter((weight / scale[:, None]).round().to(torch.int8), requires_grad=False)
+            module.weight = nn.Parameter(quantized, requires_grad=False)
             module.register_buffer("weight_scale", scale, persistent=False)
             module.activation_range = activation_range
-            module.__class__ = int8_class(type(module))
+            module.__class__ = int8_class(type(module), route)
+    model.int8_route = route
     return model
 
 
-@functools.cache
+def _fbgemm_pack(quantized: torch.Tensor, scale: torch.Tensor):
+    """fbgemm's packed weight (per-row scales, zero points 0), without the bias (added after the rescaling)."""
+    with warnings.catch_warnings():  # PyTorch marks its quantised tensor type deprecated; fbgemm's op still takes it
+        warnings.simplefilter("ignore")
+        weight = torch._make_per_channel_quantized_tensor(quantized, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0)
+        return torch.ops.quantized.linear_prepack(weight, None)
+
+
 def cpu_has_vnni() -> bool:
-    """Whether this CPU has int8 dot-product instructions (VNNI or AMX), from Linux's /proc/cpuinfo; False when
-    it cannot tell, which only costs the activations a bit of range."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text(encoding="utf-8").split())
-    except OSError:
-        return False
-    return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    """Whether this CPU has int8 dot-product instructions that the kernels use (`cpu_features`)."""
+    return cpu_features().int8_dot_products
 
 
 def linear_modules(model: nn.Module) -> list[nn.Linear]:
@@ -150,5 +248,6 @@ def is_quantized(module: nn.Linear) -> bool:
     return isinstance(module, Int8Projection) or type(module.weight) not in (nn.Parameter, torch.Tensor)
 
 
-__all__ = ["DTYPES", "QUANTIZATIONS", "Int8Projection", "check_precision", "cpu_has_vnni", "prepare_for_inference",
-           "quantize_int8", "linear_modules", "is_quantized", "torch_dtype"]
+__all__ = ["DTYPES", "INT8_ROUTES", "QUANTIZATIONS", "CpuFeatures", "FbgemmInt8Projection", "Int8Projection",
+           "check_precision", "cpu_features", "cpu_has_vnni", "int8_route", "prepare_for_inference", "quantize_int8",
+           "linear_modules", "is_quantized", "torch_dtype"]

@@ -278,8 +278,8 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     decoding settings and speed, and, with `baseline_hypotheses`, the paired bootstrap test.
     """
     set_threads(args.threads)
-    check_precision(args.dtype, args.quantize)
     check_evaluation_arguments(args)
+    check_precision(args.dtype, args.quantize, torch.device(args.device).type)
     if args.language_pairs:
         return evaluate_directions(args)
     sources, references = _read_test_set(args)
@@ -404,7 +404,7 @@ def _check_inputs_not_written(args: EvaluationArguments, outputs: list[Path]) ->
 def load_model_for_evaluation(args: EvaluationArguments):
     """The model of `args.model` on `args.device`, in `args.dtype` and quantised as `args.quantize` says
     (`precision.prepare_for_inference`); the settings are checked before the model is loaded."""
-    check_precision(args.dtype, args.quantize)
+    check_precision(args.dtype, args.quantize, torch.device(args.device).type)
     model = load_saved_model(args.model, "--model", trust_remote_code=args.trust_remote_code)
     return prepare_for_inference(model.to(args.device), dtype=args.dtype, quantize=args.quantize)
 

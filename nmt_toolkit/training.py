@@ -22,7 +22,8 @@
 - with ``--bf16``, trains in bfloat16 mixed precision: the forward and backward passes under
   ``torch.autocast(bfloat16)`` (on a CPU too: without an accelerator ``--bf16`` implies ``--use_cpu``),
   weights, gradients and Adam's moments in float32, the cross-entropy in float32; on CPUs with
-  native bfloat16 (avx512_bf16, AMX) the biggest training speed-up there is;
+  native bfloat16 (avx512_bf16, AMX) the biggest training speed-up there is; refused on a CPU without it,
+  where it would be several times slower than float32;
 - optionally reports validation loss and BLEU (`metrics.translation_compute_metrics`) every `eval_steps`;
 - saves the final model, tokenizer and generation config in `output_dir`, with a checksum manifest.
 
@@ -66,6 +67,7 @@ from transformers import (
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from modeling_dwlstm.precision import cpu_features
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs
 
 from .arguments import check_finite_number, check_positive_int
@@ -197,6 +199,10 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
             raise ValueError("Pass --output_dir: checkpoints and the final model are written there.")
         self._check_numbers()
         if (self.bf16 or self.bf16_full_eval) and not torch.accelerator.is_available():
+            features = cpu_features()
+            if not features.native_bfloat16:
+                raise ValueError(f"--bf16 would train several times slower than float32 on this CPU ({features.describe()}; "
+                                 "bfloat16 is fast only with AVX-512 BF16 or AMX): drop --bf16.")
             # transformers refuses --bf16 without an accelerator unless told --use_cpu; here the CPU is all there is.
             self.use_cpu = True
         super().__post_init__()

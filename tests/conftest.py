@@ -1,6 +1,7 @@
 """Tiny configurations of every family member and option, shared by the test files."""
 
 import contextlib
+import dataclasses
 import functools
 import gzip
 import io
@@ -21,7 +22,9 @@ from modeling_dwlstm import (
     ResidualTransformerConfig,
     ReZeroTransformerConfig,
     TransparentAttentionConfig,
+    precision,
 )
+from nmt_toolkit import training
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -148,6 +151,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def native_bfloat16(monkeypatch):
+    """This CPU as one with native bfloat16, for tests of bfloat16's numbers and of --bf16 training (on a CPU without
+    it, bfloat16 is refused as several times slower than float32)."""
+    real = precision.cpu_features()
+    monkeypatch.setattr(precision, "cpu_features", lambda: dataclasses.replace(real, native_bfloat16=True))
+    monkeypatch.setattr(training, "cpu_features", precision.cpu_features)
 
 
 @pytest.fixture(params=sorted(CASES))

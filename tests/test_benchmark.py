@@ -97,6 +97,7 @@ def test_benchmark_runs_and_writes_its_report(tmp_path):
     assert json.loads(path.read_text())["sizes"]["tiny"]["marian"]["parameters"] == rows[MARIAN]["parameters"]
 
 
+@pytest.mark.usefixtures("native_bfloat16")
 def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_checked(monkeypatch):
     """The deployment rows: every precision, CTranslate2, bf16 training, the pair of Xu et al. 2024, Table 6;
     each target's ratio is the quotient of the rows it names."""

@@ -15,7 +15,7 @@ from torchao.quantization import Int8WeightOnlyConfig, quantize_
 from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.testing_utils import CaptureLogger
 
-from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig
+from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig, precision
 from modeling_dwlstm.modeling_dwlstm import DepthWiseLstm, DepthWiseLstmGates
 from modeling_dwlstm.modeling_translation import (
     ATTENTION_PROJECTIONS,
@@ -24,7 +24,16 @@ from modeling_dwlstm.modeling_translation import (
     projection_names,
 )
 from modeling_dwlstm.modeling_translation import logger as modeling_logger
-from modeling_dwlstm.precision import is_quantized, linear_modules, prepare_for_inference
+from modeling_dwlstm.precision import (
+    INT8_ROUTES,
+    CpuFeatures,
+    cpu_features,
+    int8_route,
+    is_quantized,
+    linear_modules,
+    prepare_for_inference,
+    quantize_int8,
+)
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit.evaluation import translate_sentences
 from nmt_toolkit.quickstart_corpus import generate_pairs
@@ -35,6 +44,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 MEMBER_CASES = [next(case for case, (config_class, _) in CASES.items() if config_class is member.config_class)
                 for member in MEMBERS]
 DWLSTM_CASES = ["dwlstm-glu-global-gates-shared-hidden-concat", "dwlstm-ffn-none-gates-own-hidden-add", "dwlstm-two-lstm"]
+INT8_KERNELS = (torch._int_mm, torch.ops.quantized.linear_dynamic)  # the two routes' int8 products
+INT8_MIXINS = {"int_mm": precision.Int8Projection, "fbgemm": precision.FbgemmInt8Projection}
+
+
+@pytest.fixture(params=INT8_ROUTES)
+def route(request, monkeypatch):
+    """Each int8 route in turn as the one this CPU takes (both compute on any x86 CPU; only the speed differs)."""
+    monkeypatch.setattr(precision, "int8_route", lambda features=None: request.param)
+    return request.param
 
 
 class LinearCalls(TorchFunctionMode):
@@ -48,7 +66,7 @@ class LinearCalls(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is nn.functional.linear:
             self.weight_types.append(type(args[1] if len(args) > 1 else kwargs["weight"]))
-        self.int8_products += func is torch._int_mm
+        self.int8_products += func in INT8_KERNELS
         return func(*args, **kwargs)
 
 
@@ -59,7 +77,7 @@ def linear_calls(model) -> LinearCalls:
 
 
 @pytest.mark.parametrize("case", MEMBER_CASES + DWLSTM_CASES)
-def test_int8_reaches_every_projection_of_every_member(case):
+def test_int8_reaches_every_projection_of_every_member(case, route):
     model = tiny_model(case)
     projections = linear_modules(model)
     assert any(isinstance(module, FusedLinear) for module in projections)  # subclasses are counted
@@ -74,6 +92,7 @@ def test_int8_reaches_every_projection_of_every_member(case):
     assert (after.weight_types, after.int8_products) == ([], len(before.weight_types))
     assert all(module.weight.dtype == torch.int8 for module in projections)
     assert any(isinstance(module, FusedLinear) for module in projections)
+    assert model.int8_route == route and all(isinstance(module, INT8_MIXINS[route]) for module in projections)
     assert model.lm_head.weight is not model.model.shared.weight and model.model.shared.weight.dtype == torch.float32
 
 
@@ -93,7 +112,7 @@ def test_int8_product_equals_the_dequantised_float_product():
     inputs = torch.randn(3, 5, 24)
     inputs[0, 0] = 0  # an all-zero row (padding) stays zero, no division by zero
     weight = linear.weight.detach().double()
-    prepare_for_inference(linear, quantize="int8")
+    quantize_int8(linear.eval(), route="int_mm")
     weight_scale = weight.abs().amax(1) / 127
     weight_q = (weight / weight_scale[:, None]).round()
     assert torch.equal(linear.weight, weight_q.to(torch.int8))
@@ -106,6 +125,78 @@ def test_int8_product_equals_the_dequantised_float_product():
     assert output[0, 0].equal(linear.bias.detach())
     assert linear(inputs[:0]).shape == (0, 5, 40)  # an empty batch
     assert linear(inputs.bfloat16()).dtype == torch.bfloat16  # the output in the model's dtype
+
+
+def test_fbgemm_int8_product_is_the_float_product_within_int8_error():
+    """The fbgemm route: per-row int8 weights, 7-bit activations with a scale per token; within 2% of the float
+    product, the bias included, padding rows giving the bias, any batch shape, the output in the input's dtype,
+    and each row's result independent of the other rows of its batch."""
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 40)
+    inputs = torch.randn(3, 5, 64)
+    inputs[0, 0] = 0
+    expected = linear(inputs).detach()
+    quantize_int8(linear.eval(), route="fbgemm")
+    output = linear(inputs)
+    assert type(linear).__name__ == "FbgemmInt8Linear" and linear.weight.dtype == torch.int8
+    assert output.shape == (3, 5, 40) and output.dtype == torch.float32
+    assert (output - expected).norm() < 0.02 * expected.norm()
+    torch.testing.assert_close(output[0, 0], linear.bias.detach(), atol=1e-6, rtol=0)
+    assert linear(inputs[:0]).shape == (0, 5, 40)
+    assert linear(inputs.bfloat16()).dtype == torch.bfloat16
+    alone, loud = linear(inputs[1:2]), torch.cat([inputs[1:2], 100 * torch.randn(1, 5, 64)])
+    assert torch.equal(linear(loud)[:1], alone)  # a large neighbour changes nothing
+
+
+AVX512_FLAGS = "flags : fpu avx2 avx512f avx512_vnni avx512_bf16 amx_int8 amx_bf16"
+
+
+@pytest.mark.parametrize("capability, onednn_isa, vnni, bfloat16, expected_route", [
+    ("AVX512", None, True, True, "int_mm"),  # a VNNI/BF16 server CPU
+    ("AVX2", None, False, False, "fbgemm"),  # the same CPU imitating AVX2 (ATEN_CPU_CAPABILITY=avx2): flags capped
+    ("AVX512", "AVX2", False, False, "fbgemm"),  # oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2)
+])
+def test_cpu_features_follow_the_flags_capped_by_the_imitated_level(monkeypatch, tmp_path, capability, onednn_isa,
+                                                                     vnni, bfloat16, expected_route):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(AVX512_FLAGS)
+    real_path = precision.Path
+    monkeypatch.setattr(precision, "Path", lambda name: cpuinfo if name == "/proc/cpuinfo" else real_path(name))
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    if onednn_isa:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", onednn_isa)
+    else:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    precision.cpu_features.cache_clear()
+    try:
+        features = cpu_features()
+        assert (features.capability, features.int8_dot_products, features.native_bfloat16) == (capability, vnni, bfloat16)
+        assert int8_route(features) == expected_route
+    finally:
+        precision.cpu_features.cache_clear()
+
+
+def test_the_evaluation_script_refuses_bfloat16_where_it_is_slow_before_any_work(monkeypatch, tmp_path):
+    monkeypatch.setattr(precision, "cpu_features", lambda: CpuFeatures("AVX2", False, False))
+    with pytest.raises(ValueError, match="bfloat16 would decode several times slower than float32"):
+        run_script("evaluate_translation", "--model", tmp_path / "never-loaded", "--output_dir", tmp_path / "out",
+                   "--source_file", tmp_path / "s", "--reference_file", tmp_path / "r", "--dtype", "bfloat16")
+    assert not (tmp_path / "out").exists()
+
+
+def test_slow_routes_are_refused_with_what_to_use(monkeypatch):
+    avx2 = CpuFeatures(capability="AVX2", int8_dot_products=False, native_bfloat16=False)
+    monkeypatch.setattr(precision, "cpu_features", lambda: avx2)
+    with pytest.raises(ValueError, match=r"bfloat16 would decode several times slower than float32 on this CPU \(AVX2"):
+        prepare_for_inference(tiny_model("dwlstm"), "bfloat16")
+    assert next(prepare_for_inference(tiny_model("dwlstm"), "bfloat16", allow_slow=True).parameters()).dtype == torch.bfloat16
+    assert prepare_for_inference(tiny_model("dwlstm"), quantize="int8").int8_route == "fbgemm"
+    monkeypatch.setattr(precision, "fbgemm_available", lambda: False)
+    with pytest.raises(ValueError, match="int8 would be slower than float32 on this CPU"):
+        prepare_for_inference(tiny_model("dwlstm"), quantize="int8")
+    vnni = CpuFeatures(capability="AVX512", int8_dot_products=True, native_bfloat16=True)
+    monkeypatch.setattr(precision, "cpu_features", lambda: vnni)
+    assert prepare_for_inference(tiny_model("dwlstm"), "bfloat16", "int8").int8_route == "int_mm"
 
 
 @pytest.mark.parametrize("case", ["dwlstm", *DWLSTM_CASES])
@@ -220,6 +311,7 @@ LOGIT_BOUND = {("bfloat16", "none"): 0.04, ("float32", "int8"): 0.1, ("bfloat16"
 
 @pytest.mark.parametrize("name", ["dwlstm", "residual-pre"])
 @pytest.mark.parametrize("dtype, quantize", list(LOGIT_BOUND))
+@pytest.mark.usefixtures("native_bfloat16", "route")
 def test_low_precision_decodes_like_float32(trained, name, dtype, quantize):
     """What is asserted: logits within LOGIT_BOUND, the same teacher-forced argmax at >= 98% of target positions
     (measured >= 99.2%), and >= 26 of 32 greedy translations identical (measured 28-32): a tiny model's
@@ -240,6 +332,7 @@ def test_low_precision_decodes_like_float32(trained, name, dtype, quantize):
     assert same >= 26
 
 
+@pytest.mark.usefixtures("native_bfloat16")
 def test_the_pipeline_takes_a_prepared_model(trained):
     tokenizer, models, _, test = trained
     model = prepare_for_inference(copy.deepcopy(models["dwlstm"]), "bfloat16", "int8")
@@ -250,6 +343,7 @@ def test_the_pipeline_takes_a_prepared_model(trained):
         model, tokenizer, sources, num_beams=2, max_new_tokens=40).hypotheses
 
 
+@pytest.mark.usefixtures("native_bfloat16")
 def test_evaluate_script_decodes_in_bfloat16_and_int8(trained, tmp_path):
     tokenizer, models, directories, test = trained
     (tmp_path / "test.en").write_text("".join(english + "\n" for english, _ in test[:8]), encoding="utf-8")
@@ -269,6 +363,7 @@ def test_evaluate_script_decodes_in_bfloat16_and_int8(trained, tmp_path):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, "bfloat16"])
+@pytest.mark.usefixtures("native_bfloat16")
 def test_prepare_for_inference_takes_torch_dtypes_as_well_as_names(dtype):
     model = prepare_for_inference(tiny_model("residual-pre"), dtype)
     expected = dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype)
@@ -286,6 +381,7 @@ def test_bad_precision_settings_are_refused(change, message):
         prepare_for_inference(tiny_model("dwlstm"), **change)
 
 
+@pytest.mark.usefixtures("native_bfloat16")
 def test_an_int8_model_is_not_saved(tmp_path):
     """Its int8 weights would load back into a float model as large floats: refused before any file is written."""
     model = prepare_for_inference(tiny_model("dwlstm"), quantize="int8")
@@ -296,6 +392,7 @@ def test_an_int8_model_is_not_saved(tmp_path):
     assert (tmp_path / "bf16" / "model.safetensors").exists()
 
 
+@pytest.mark.usefixtures("native_bfloat16")
 def test_a_prepared_model_is_not_prepared_again():
     model = prepare_for_inference(tiny_model("residual-pre"), quantize="int8")
     with pytest.raises(ValueError, match="already quantised"):

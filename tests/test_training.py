@@ -17,6 +17,8 @@ from conftest import MULTI30K, read_multi30k, run_script
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerCallback
 
+from modeling_dwlstm.precision import CpuFeatures
+from nmt_toolkit import training
 from nmt_toolkit.checkpoints import average_checkpoints, complete_checkpoints, last_checkpoints
 from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer
 from nmt_toolkit.files import CHECKSUMS_NAME
@@ -137,6 +139,7 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(setup, tmp_pa
     assert output.shape[0] == 1
 
 
+@pytest.mark.usefixtures("native_bfloat16")
 def test_bf16_training_runs_on_the_cpu_and_tracks_the_float32_loss(setup, tmp_path):
     """`--bf16` as a user passes it: without an accelerator it trains on the CPU under autocast(bfloat16)
     (transformers alone would ask for --use_cpu); the same steps give finite losses close to float32's."""
@@ -153,6 +156,16 @@ def test_bf16_training_runs_on_the_cpu_and_tracks_the_float32_loss(setup, tmp_pa
     assert all(math.isfinite(loss) for loss in losses["bfloat16"])
     # Measured: the four losses (about 6.0) differ by at most 6e-4; 0.5% leaves room for other CPUs' kernels.
     np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=0.005)
+
+
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="the refusal concerns CPU-only training")
+def test_bf16_training_is_refused_on_a_cpu_without_native_bfloat16(monkeypatch, tmp_path):
+    avx2 = CpuFeatures(capability="AVX2", int8_dot_products=False, native_bfloat16=False)
+    monkeypatch.setattr(training, "cpu_features", lambda: avx2)
+    command_line = ["--model_name_or_path", "m", "--dataset", "d", "--output_dir", str(tmp_path / "run"), "--bf16"]
+    with pytest.raises(ValueError, match=r"--bf16 would train several times slower than float32 on this CPU \(AVX2"):
+        parse_training_arguments(command_line)
+    assert not parse_training_arguments(command_line[:-1])[2].bf16  # float32 still trains
 
 
 class RecordProjectionDtypes(TrainerCallback):

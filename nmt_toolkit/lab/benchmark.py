@@ -60,7 +60,7 @@ from modeling_dwlstm.configuration_translation import UNK_ID
 from modeling_dwlstm.modeling_translation import MultiHeadAttention
 from modeling_dwlstm.paper_configs import MEMBER_PRESETS, PAPER_VOCAB_SIZE
 from modeling_dwlstm.paper_configs import SIZES as PAPER_SIZES
-from modeling_dwlstm.precision import prepare_for_inference
+from modeling_dwlstm.precision import cpu_features, int8_route, prepare_for_inference
 
 from ..ctranslate2_export import convert_loaded
 from ..files import atomic_write_json
@@ -194,7 +194,8 @@ def inference_copy(model: nn.Module, precision: str) -> nn.Module:
     if precision == "float32":
         return model
     dtype, quantize = PRECISIONS[precision]
-    return prepare_for_inference(copy.deepcopy(model), dtype, quantize)
+    # Measured even where users are refused it (bfloat16 without native support): the table shows why.
+    return prepare_for_inference(copy.deepcopy(model), dtype, quantize, allow_slow=True)
 
 
 def random_words_tokenizer(vocab_size: int, pad_last: bool = False):
@@ -622,6 +623,17 @@ def benchmark_depth_pair(settings: BenchmarkSettings, log=print) -> dict:
             for name, model in models.items()}
 
 
+def cpu_routes() -> dict:
+    """What the CPU offers and which low-precision route `prepare_for_inference` takes on it, for the report."""
+    features = cpu_features()
+    try:
+        int8 = int8_route(features)
+    except ValueError:
+        int8 = "refused (no fast int8 kernel)"
+    return {"cpu": features.describe(), "cpu_capability": features.capability, "int8_route": int8,
+            "bfloat16_route": "native" if features.native_bfloat16 else "refused for users (no native bfloat16)"}
+
+
 def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
     settings.check()
     if settings.device == "cpu":
@@ -633,6 +645,7 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
             "device": torch.cuda.get_device_name() if settings.device == "cuda" else f"CPU, {torch.get_num_threads()} threads",
             "dtype": str(dtype).removeprefix("torch."),
             "torch": torch.__version__,
+            **cpu_routes(),
             "matmul_peak_flops_per_s": None,  # the best of the measurements before and after the models run
             "matmul_peak_measurements": [matmul_peak_flops(settings.device, dtype, settings.peak_matmul_size)],
         },
@@ -709,7 +722,8 @@ def format_report(report: dict) -> str:
     peak = machine["matmul_peak_flops_per_s"]
     headline = settings["headline_length"]
     lines = [
-        f"Device: {machine['device']}, {machine['dtype']}, torch {machine['torch']}; measured matmul peak "
+        f"Device: {machine['device']}, {machine['dtype']}, torch {machine['torch']}; CPU {machine.get('cpu', '?')}, "
+        f"int8 route {machine.get('int8_route', '?')}, bfloat16 {machine.get('bfloat16_route', '?')}; measured matmul peak "
         f"{peak / 1e9:.0f} GFLOP/s. Generation: {settings['generation_batch']} sources of {settings['source_length']} "
         f"tokens, {settings['new_tokens']} new tokens forced. Training: {settings['token_budget']} source+target "
         f"tokens per batch, Adam; medians of {settings['repeats']} interleaved repeats.",
