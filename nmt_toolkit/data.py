@@ -27,14 +27,21 @@ Hub datasets cannot be fixed by the user, so their (few) empty pairs are dropped
 """
 
 import gzip
+import hashlib
+import itertools
 import json
 import logging
+import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import datasets
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
+from datasets.arrow_writer import ArrowWriter
+from datasets.fingerprint import Hasher
 
 from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
 
@@ -82,13 +89,13 @@ def load_parallel_corpus(
     path = Path(source)
     languages = (source_lang, target_lang)
     if path.is_dir():
-        pairs = _read_folder(path, split, languages, max_pairs)
+        files = local_corpus_files(path, split, languages)
     elif path.is_file() or str(source).endswith(JSON_LINES_SUFFIXES):
-        pairs = _read_json_lines(path, languages, max_pairs)
+        files = (path,)
     else:
         _check_hub_name(str(source))
         return _load_hub_corpus(str(source), languages, split, max_pairs, hub_config)
-    return pairs_to_dataset(pairs, languages)
+    return _cached_local_corpus(files, languages, max_pairs)
 
 
 def _check_hub_name(name: str) -> None:
@@ -118,7 +125,25 @@ def tokenize_pairs(
     A pair is dropped when either side has more than `max_length` tokens (``</s>`` included); the count
     is logged. `add_language_tag` puts the target-language tag ``<2xx>`` in front of the source, as the
     multilingual models of Xu et al. 2024, §3.5 need (the tokenizer must have the tag as a special token).
+    The ids are the tokenizer's own (`tokenizer(sources, text_target=targets)`), computed by `encode_pairs`;
+    the result is cached beside the corpus's Arrow files, so a second run with the same corpus, tokenizer and
+    settings reads it back instead of tokenizing again.
     """
+    tag = check_language_tag(tokenizer, target_lang, add_language_tag)
+    prefix = f"{tag} " if add_language_tag else ""
+    check_max_length(max_length)
+
+    def texts(table: pa.Table) -> tuple[list[str], list[str]]:
+        pairs = table.column("translation")
+        sources = pc.struct_field(pairs, source_lang).to_pylist()
+        return [prefix + text for text in sources] if prefix else sources, pc.struct_field(pairs, target_lang).to_pylist()
+
+    return tokenize_texts(dataset, tokenizer, texts, max_length, num_proc,
+                          settings=(source_lang, target_lang, prefix))
+
+
+def check_language_tag(tokenizer, target_lang: str, add_language_tag: bool) -> str:
+    """The target tag ``<2xx>``; refused when asked for and missing, or present and not asked for."""
     tag = f"<2{target_lang}>"
     has_tag = tag in tokenizer.get_vocab()
     if add_language_tag and not has_tag:
@@ -129,33 +154,100 @@ def tokenize_pairs(
             "source: train with add_language_tag=True (--add_language_tag), or use a tokenizer without language "
             "tags for a bilingual model."
         )
-    prefix = f"{tag} " if add_language_tag else ""
+    return tag
 
-    def encode(batch):
-        sources = [prefix + pair[source_lang] for pair in batch["translation"]]
-        targets = [pair[target_lang] for pair in batch["translation"]]
-        return tokenizer(sources, text_target=targets)
 
-    tokenized = dataset.map(encode, batched=True, remove_columns=dataset.column_names, num_proc=num_proc,
-                            desc="Tokenizing")
-    return filter_long_pairs(tokenized, max_length, num_proc=num_proc)
+def check_max_length(max_length: int | None) -> None:
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+        raise ValueError(f"`max_length` must be a positive integer or None, got {max_length!r}.")
+
+
+# Changes whenever `encode_pairs` could give other ids or columns for the same input: cached results are then
+# recomputed instead of reused.
+ENCODING_VERSION = "encode_pairs-1"
+TOKENIZE_BATCH = 2000
+
+
+def tokenize_texts(dataset: datasets.Dataset, tokenizer, texts: Callable[[pa.Table], tuple[list[str], list[str]]],
+                   max_length: int | None, num_proc: int | None, settings: tuple = (),
+                   extra_columns: Callable[[pa.Table], dict[str, list]] | None = None) -> datasets.Dataset:
+    """`dataset` -> ``input_ids``, ``attention_mask``, ``labels`` (+ `extra_columns`), long pairs dropped, by
+    `datasets.map` in Arrow batches (`num_proc` processes), cached under a fingerprint of the input, the
+    tokenizer and `settings`. `texts(table)` gives a batch's (sources, targets)."""
+    fingerprint = Hasher.hash((dataset._fingerprint, tokenizer.backend_tokenizer.to_str(), settings, max_length,
+                               ENCODING_VERSION))
+
+    def encode(table: pa.Table) -> pa.Table:
+        sources, targets = texts(table)
+        encoded, keep = encode_pairs(tokenizer, sources, targets, max_length)
+        if extra_columns is not None:
+            for name, values in extra_columns(table).items():
+                encoded = encoded.append_column(name, pa.array(list(itertools.compress(values, keep))))
+        return encoded
+
+    tokenized = dataset.with_format("arrow").map(
+        encode, batched=True, batch_size=TOKENIZE_BATCH, remove_columns=dataset.column_names, num_proc=num_proc,
+        new_fingerprint=fingerprint, desc="Tokenizing").with_format(None)
+    _report_dropped(len(dataset), len(tokenized), max_length)
+    return tokenized
+
+
+def encode_pairs(tokenizer, sources: list[str], targets: list[str], max_length: int | None = None
+                 ) -> tuple[pa.Table, list[bool]]:
+    """(table of ``input_ids``, ``attention_mask``, ``labels`` of the kept pairs, which pairs were kept).
+
+    The ids are those of `tokenizer(sources, text_target=targets)`, from the Rust tokenizer's batch encoding
+    straight into Arrow arrays: the Python tokenizer's per-pair dicts and lists, and the separate filtering pass
+    over every row, took most of the time. A pair is kept when neither side has more than `max_length` tokens.
+    """
+    backend = tokenizer.backend_tokenizer
+    source_ids = [encoding.ids for encoding in backend.encode_batch_fast(sources)]
+    target_ids = [encoding.ids for encoding in backend.encode_batch_fast(targets)]
+    if max_length is None:
+        keep = [True] * len(source_ids)
+    else:
+        keep = [len(source) <= max_length and len(target) <= max_length for source, target in zip(source_ids, target_ids)]
+        if not all(keep):
+            source_ids, target_ids = list(itertools.compress(source_ids, keep)), list(itertools.compress(target_ids, keep))
+    input_ids, offsets = _list_array(source_ids, np.int32)
+    attention_mask = pa.ListArray.from_arrays(offsets, np.ones(int(offsets[-1]), dtype=np.int8))
+    labels, _ = _list_array(target_ids, np.int32)
+    return pa.table({"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}), keep
+
+
+def _list_array(rows: list[list[int]], dtype) -> tuple[pa.ListArray, np.ndarray]:
+    """An Arrow list array of `rows` (and its offsets), built from one flat NumPy array."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    values = np.fromiter(itertools.chain.from_iterable(rows), dtype=dtype, count=int(offsets[-1]))
+    return pa.ListArray.from_arrays(offsets, values), offsets
+
+
+def _report_dropped(before: int, after: int, max_length: int | None) -> None:
+    if max_length is None:
+        return
+    logger.info("Dropped %d of %d pairs longer than %d tokens on a side (%d kept).", before - after, before,
+                max_length, after)
+    if after == 0:
+        raise ValueError(f"Every one of the {before} pairs is longer than `max_length`={max_length} tokens.")
 
 
 def filter_long_pairs(dataset: datasets.Dataset, max_length: int | None = 256, num_proc: int | None = None):
-    """Drop tokenized pairs with more than `max_length` tokens on either side; log how many were dropped."""
+    """Drop tokenized pairs with more than `max_length` tokens on either side; log how many were dropped.
+
+    (`tokenize_pairs` drops them while tokenizing; this is for datasets tokenized otherwise.)"""
     if max_length is None:
         return dataset
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-        raise ValueError(f"`max_length` must be a positive integer or None, got {max_length!r}.")
-    kept = dataset.filter(
-        lambda pair: len(pair["input_ids"]) <= max_length and len(pair["labels"]) <= max_length,
-        num_proc=num_proc, desc=f"Dropping pairs longer than {max_length} tokens",
-    )
-    dropped = len(dataset) - len(kept)
-    logger.info("Dropped %d of %d pairs longer than %d tokens on a side (%d kept).", dropped, len(dataset),
-                max_length, len(kept))
-    if len(kept) == 0:
-        raise ValueError(f"Every one of the {len(dataset)} pairs is longer than `max_length`={max_length} tokens.")
+    check_max_length(max_length)
+
+    def short(table: pa.Table) -> list[bool]:
+        lengths = [pc.list_value_length(table[name]).to_numpy() for name in ("input_ids", "labels")]
+        return ((lengths[0] <= max_length) & (lengths[1] <= max_length)).tolist()
+
+    kept = dataset.with_format("arrow").filter(short, batched=True, num_proc=num_proc,
+                                               desc=f"Dropping pairs longer than {max_length} tokens").with_format(None)
+    _report_dropped(len(dataset), len(kept), max_length)
     return kept
 
 
@@ -243,25 +335,99 @@ def corpus_sentences(corpora: Sequence[datasets.Dataset], languages: Sequence[st
                 yield from (pair[language] for language in languages if language in pair)
 
 
-# --- Local folders --------------------------------------------------------------------------------------------
+# --- Local files, cached as Arrow -----------------------------------------------------------------------------
+
+# Changes whenever the readers below could give other pairs for the same files: old caches are then not reused.
+CORPUS_CACHE_VERSION = "local-corpus-1"
+CACHE_BATCH_PAIRS = 10_000
 
 
-def _read_folder(folder: Path, split: str, languages: tuple[str, str], max_pairs: int | None) -> list[dict]:
+def corpus_cache_dir() -> Path:
+    """Where local corpora are cached as Arrow files: under the `datasets` cache (``HF_DATASETS_CACHE``)."""
+    return Path(datasets.config.HF_DATASETS_CACHE) / "nmt_toolkit-corpora"
+
+
+def local_corpus_files(folder: Path, split: str, languages: tuple[str, str]) -> tuple[Path, ...]:
+    """The files of `split` in `folder`: a ``{split}.jsonl[.gz]`` file, else the aligned ``{split}.{lang}[.gz]``
+    files. A folder with one subfolder per language pair, named like the Hub's configurations (``de-en``, sorted:
+    OPUS-100's layout), is looked into first."""
+    pair = "-".join(sorted(languages))
+    pairs = sorted(path.name for path in folder.iterdir() if path.is_dir() and PAIR_FOLDER.fullmatch(path.name))
+    if (folder / pair).is_dir():
+        folder = folder / pair
+    elif pairs and not any(path.name.startswith(f"{split}.") for path in folder.iterdir() if path.is_file()):
+        raise ValueError(f"{folder} has no subfolder {pair} for the pair {languages[0]}-{languages[1]}; its pairs: "
+                         f"{pairs[:10]}{' ...' if len(pairs) > 10 else ''}.")
+    for name in (f"{split}.jsonl", f"{split}.jsonl.gz"):  # "jsonl" is no language code: no clash with the above
+        if (folder / name).is_file():
+            return (folder / name,)
+    return tuple(_text_file(folder, split, language) for language in languages)
+
+
+PAIR_FOLDER = re.compile(rf"{LANGUAGE_CODE.pattern}-{LANGUAGE_CODE.pattern}")
+
+
+def _cached_local_corpus(files: tuple[Path, ...], languages: tuple[str, str], max_pairs: int | None) -> datasets.Dataset:
+    """The pairs of local `files` as a memory-mapped Arrow dataset, read (and checked) once and cached under a
+    fingerprint of the files (path, size, modification time), the languages and `max_pairs`: a corpus of millions
+    of pairs is never held in memory, and a second run starts from the cache."""
+    fingerprint = _files_fingerprint(files, languages, max_pairs)
+    path = corpus_cache_dir() / f"{fingerprint}.arrow"
+    if not path.is_file():
+        _write_corpus_cache(path, files, languages, max_pairs)
+    dataset = datasets.Dataset.from_file(str(path))
+    dataset._fingerprint = fingerprint  # what `datasets.map` derives the tokenized cache's name from
+    return dataset
+
+
+def _files_fingerprint(files: tuple[Path, ...], languages: tuple[str, str], max_pairs: int | None) -> str:
+    identities = []
+    for file in files:
+        try:
+            status = file.stat()
+        except OSError as error:
+            raise ValueError(f"{file}: cannot be read ({error.strerror}).") from error
+        identities.append((str(file.resolve()), status.st_size, status.st_mtime_ns))
+    key = json.dumps([CORPUS_CACHE_VERSION, identities, languages, max_pairs])
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _write_corpus_cache(path: Path, files: tuple[Path, ...], languages: tuple[str, str], max_pairs: int | None):
+    """Stream the checked pairs into `path` in batches (under a temporary name, renamed when complete)."""
+    features = datasets.Features({"translation": datasets.Translation(languages=list(languages))})
+    names = sorted(languages)  # the order of Translation's Arrow struct
+    pairs = _folder_pairs(*files, languages, max_pairs) if len(files) == 2 else _json_lines_pairs(
+        files[0], languages, max_pairs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with ArrowWriter(path=str(partial), features=features) as writer:
+            while batch := list(itertools.islice(pairs, CACHE_BATCH_PAIRS)):
+                sides = dict(zip(languages, zip(*batch)))
+                column = pa.StructArray.from_arrays([pa.array(sides[name], pa.string()) for name in names], names=names)
+                writer.write_table(pa.table({"translation": column}))
+            writer.finalize()
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _folder_pairs(source_path: Path, target_path: Path, languages: tuple[str, str], max_pairs: int | None
+                  ) -> Iterator[tuple[str, str]]:
     """The first `max_pairs` pairs (all by default). Both files are read to the end even then: a file with a line
     too many or too few is misaligned from some line on, perhaps from the first, and must not be used."""
-    source_path, target_path = (_text_file(folder, split, language) for language in languages)
-    pairs = []
+    count = 0
     source_lines, target_lines = _numbered_lines(source_path), _numbered_lines(target_path)
     for (number, source_text), (_, target_text) in _aligned(source_lines, target_lines, source_path, target_path):
-        if len(pairs) == max_pairs:
+        if count == max_pairs:
             continue  # only counting now
         for path, text in ((source_path, source_text), (target_path, target_text)):
             if not text.strip():
                 raise ValueError(f"{path}, line {number}: the sentence is empty. Remove the pair from both files.")
-        pairs.append({languages[0]: source_text, languages[1]: target_text})
-    if not pairs:
+        count += 1
+        yield source_text, target_text
+    if not count:
         raise ValueError(f"{source_path} and {target_path} hold no sentence pairs.")
-    return pairs
 
 
 def _text_file(folder: Path, split: str, language: str) -> Path:
@@ -318,8 +484,8 @@ def _aligned(source_lines, target_lines, source_path: Path, target_path: Path):
 # --- JSON lines ----------------------------------------------------------------------------------------------
 
 
-def _read_json_lines(path: Path, languages: tuple[str, str], max_pairs: int | None) -> list[dict]:
-    pairs = []
+def _json_lines_pairs(path: Path, languages: tuple[str, str], max_pairs: int | None) -> Iterator[tuple[str, str]]:
+    count = 0
     for number, line in _numbered_lines(path):
         if not line.strip():
             continue
@@ -338,12 +504,12 @@ def _read_json_lines(path: Path, languages: tuple[str, str], max_pairs: int | No
                                  f"the line has {sorted(record)}.")
             if not isinstance(text, str) or not text.strip():
                 raise ValueError(f"{path}, line {number}: the {language!r} side is empty or not a string.")
-        pairs.append({language: record[language] for language in languages})
-        if len(pairs) == max_pairs:
+        count += 1
+        yield record[languages[0]], record[languages[1]]
+        if count == max_pairs:
             break
-    if not pairs:
+    if not count:
         raise ValueError(f"{path} holds no sentence pairs.")
-    return pairs
 
 
 # --- The Hub ---------------------------------------------------------------------------------------------------
@@ -390,5 +556,6 @@ def _load_hub_corpus(name: str, languages: tuple[str, str], split: str, max_pair
                     len(dataset), repository, config, split)
     return kept
 
-__all__ = ["load_parallel_corpus", "tokenize_pairs", "check_unknown_tokens", "filter_long_pairs", "pairs_to_dataset", "hub_corpus_location",
+__all__ = ["load_parallel_corpus", "tokenize_pairs", "tokenize_texts", "encode_pairs", "check_unknown_tokens",
+           "filter_long_pairs", "pairs_to_dataset", "hub_corpus_location", "local_corpus_files", "corpus_cache_dir",
            "train_corpus_tokenizer", "train_sentence_tokenizer", "corpus_sentences"]

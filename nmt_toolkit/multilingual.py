@@ -23,10 +23,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from .batching import TokenBatchSampler, _length_order, pack_by_tokens, split_to_multiple
-from .data import LANGUAGE_CODE, _numbered_lines, filter_long_pairs, load_parallel_corpus
+from .data import LANGUAGE_CODE, _numbered_lines, check_max_length, load_parallel_corpus, tokenize_texts
 
 logger = logging.getLogger(__name__)
 
@@ -124,13 +126,24 @@ def load_multilingual_corpus(
     for source, directions in sources:
         for source_lang, target_lang in directions:
             pairs = load_parallel_corpus(source, source_lang, target_lang, split, max_pairs=max_pairs,
-                                         hub_config=hub_config)["translation"]
-            parts.append(datasets.Dataset.from_dict({
-                "source_lang": [source_lang] * len(pairs), "target_lang": [target_lang] * len(pairs),
-                "source": [pair[source_lang] for pair in pairs], "target": [pair[target_lang] for pair in pairs],
-            }))
+                                         hub_config=hub_config)
+            parts.append(_direction_columns(pairs, source_lang, target_lang))
             logger.info("%s %s-%s (%s): %d pairs.", source, source_lang, target_lang, split, len(pairs))
     return datasets.concatenate_datasets(parts)
+
+
+def _direction_columns(pairs: datasets.Dataset, source_lang: str, target_lang: str) -> datasets.Dataset:
+    """``source_lang, target_lang, source, target`` from a ``translation`` column (cached beside the corpus)."""
+
+    def columns(table: pa.Table) -> pa.Table:
+        translation = table.column("translation")
+        return pa.table({"source_lang": pa.array([source_lang] * len(table), pa.string()),
+                         "target_lang": pa.array([target_lang] * len(table), pa.string()),
+                         "source": pc.struct_field(translation, source_lang).cast(pa.string()),
+                         "target": pc.struct_field(translation, target_lang).cast(pa.string())})
+
+    return pairs.with_format("arrow").map(columns, batched=True, batch_size=10_000, remove_columns=pairs.column_names,
+                                          desc=f"{source_lang}-{target_lang}").with_format(None)
 
 
 def tokenize_directions(dataset: datasets.Dataset, tokenizer, max_length: int | None = 256,
@@ -144,16 +157,19 @@ def tokenize_directions(dataset: datasets.Dataset, tokenizer, max_length: int | 
     if missing:
         raise ValueError(f"The tokenizer has no language tags {missing}: train it with scripts/train_tokenizer.py "
                          "--language_pairs (same pairs), which reserves a tag per target language.")
+    check_max_length(max_length)
 
-    def encode(batch):
-        sources = [tag_source(text, target) for text, target in zip(batch["source"], batch["target_lang"])]
-        encoded = tokenizer(sources, text_target=batch["target"])
-        encoded["direction"] = [f"{s}-{t}" for s, t in zip(batch["source_lang"], batch["target_lang"])]
-        return encoded
+    def texts(table: pa.Table) -> tuple[list[str], list[str]]:
+        sources = [tag_source(text, target) for text, target in zip(table["source"].to_pylist(),
+                                                                    table["target_lang"].to_pylist())]
+        return sources, table["target"].to_pylist()
 
-    tokenized = dataset.map(encode, batched=True, remove_columns=dataset.column_names, num_proc=num_proc,
-                            desc="Tokenizing")
-    return filter_long_pairs(tokenized, max_length, num_proc=num_proc)
+    def directions(table: pa.Table) -> dict[str, list[str]]:
+        return {"direction": [f"{s}-{t}" for s, t in zip(table["source_lang"].to_pylist(),
+                                                          table["target_lang"].to_pylist())]}
+
+    return tokenize_texts(dataset, tokenizer, texts, max_length, num_proc, settings=("directions",),
+                          extra_columns=directions)
 
 
 def split_by_direction(dataset: datasets.Dataset) -> dict[str, datasets.Dataset]:

@@ -143,6 +143,22 @@ def random_ids(batch: int, length: int, seed: int = 1, low: int = 3, high: int =
     return torch.randint(low, high, (batch, length), generator=generator)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def datasets_cache(tmp_path_factory):
+    """Local corpora and their tokenisation are cached under the `datasets` cache: the tests' own folder, in this
+    process and in the scripts it starts, never the user's."""
+    import os
+
+    import datasets
+
+    folder = tmp_path_factory.mktemp("datasets-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(datasets.config, "HF_DATASETS_CACHE", folder)
+        patch.setenv("HF_DATASETS_CACHE", str(folder))
+        yield folder
+    assert os.environ.get("HF_DATASETS_CACHE") != str(folder)
+
+
 @pytest.fixture
 def one_thread():
     """Small models on a shared 2-core machine: several OpenMP threads only wait for each other (several
