@@ -139,7 +139,7 @@ def _distinct_words(language: str, size: int, rng: np.random.Generator) -> list[
 def _letters(language: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     script = LANGUAGE_SCRIPTS.get(language)
     if script is None:  # Latin: English frequencies plus a few accented letters of the language's own
-        extras = rng.choice(list(LATIN_EXTRAS), 3, replace=False)
+        extras = rng.choice(list(LATIN_EXTRAS), 0 if language == "en" else 3, replace=False)
         letters = np.array(list(LATIN) + list(extras))
         weights = np.array(LATIN_FREQUENCIES + (0.5,) * len(extras))
     else:
@@ -228,9 +228,10 @@ def opus100_pair_sizes(total_pairs: int = OPUS100_PAIRS, languages: Sequence[str
     middle = slice(OPUS100_BANDS[0][0], OPUS100_BANDS[0][0] + OPUS100_BANDS[1][0])
     others = sizes.sum() - sizes[middle].sum()
     sizes[middle] = _scaled_within(sizes[middle], OPUS100_PAIRS - others, *OPUS100_BANDS[1][1:])
+    sizes = _spread_over(sizes, len(languages))
     sizes *= total_pairs / sizes.sum()
     names = ["-".join(sorted((language, "en"))) for language in languages]
-    return {name: max(1, round(size)) for name, size in zip(names, _spread_over(sizes, len(names)))}
+    return {name: max(1, round(size)) for name, size in zip(names, sizes)}
 
 
 def _scaled_within(sizes: np.ndarray, total: float, low: float, high: float) -> np.ndarray:
@@ -243,7 +244,8 @@ def _scaled_within(sizes: np.ndarray, total: float, low: float, high: float) -> 
 
 
 def _spread_over(sizes: np.ndarray, count: int) -> np.ndarray:
-    """`sizes` (largest first) for `count` pairs: each pair takes the size at its share of the ranking."""
+    """`sizes` (largest first) for `count` pairs (fewer languages than OPUS-100's, for tests): each pair takes the
+    size at its place in the ranking."""
     positions = np.linspace(0, len(sizes) - 1, count).round().astype(int)
     return sizes[positions]
 
