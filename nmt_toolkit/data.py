@@ -352,7 +352,7 @@ def local_corpus_files(folder: Path, split: str, languages: tuple[str, str]) -> 
     files. A folder with one subfolder per language pair, named like the Hub's configurations (``de-en``, sorted:
     OPUS-100's layout), is looked into first."""
     pair = "-".join(sorted(languages))
-    pairs = sorted(path.name for path in folder.iterdir() if path.is_dir() and PAIR_FOLDER.fullmatch(path.name))
+    pairs = pair_folders(folder)
     if (folder / pair).is_dir():
         folder = folder / pair
     elif pairs and not any(path.name.startswith(f"{split}.") for path in folder.iterdir() if path.is_file()):
@@ -365,6 +365,14 @@ def local_corpus_files(folder: Path, split: str, languages: tuple[str, str]) -> 
 
 
 PAIR_FOLDER = re.compile(rf"{LANGUAGE_CODE.pattern}-{LANGUAGE_CODE.pattern}")
+
+
+def pair_folders(folder: str | Path) -> list[str]:
+    """The names of `folder`'s language-pair subfolders ("de-en", ...), sorted; none for other folders."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(path.name for path in folder.iterdir() if path.is_dir() and PAIR_FOLDER.fullmatch(path.name))
 
 
 def _cached_local_corpus(files: tuple[Path, ...], languages: tuple[str, str], max_pairs: int | None) -> datasets.Dataset:
@@ -557,5 +565,6 @@ def _load_hub_corpus(name: str, languages: tuple[str, str], split: str, max_pair
     return kept
 
 __all__ = ["load_parallel_corpus", "tokenize_pairs", "tokenize_texts", "encode_pairs", "check_unknown_tokens",
-           "filter_long_pairs", "pairs_to_dataset", "hub_corpus_location", "local_corpus_files", "corpus_cache_dir",
+           "filter_long_pairs", "pairs_to_dataset", "hub_corpus_location", "local_corpus_files", "pair_folders",
+           "corpus_cache_dir",
            "train_corpus_tokenizer", "train_sentence_tokenizer", "corpus_sentences"]

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import torch
 
 from .batching import TokenBatchSampler, _length_order, pack_by_tokens, split_to_multiple
-from .data import LANGUAGE_CODE, _numbered_lines, check_max_length, load_parallel_corpus, tokenize_texts
+from .data import LANGUAGE_CODE, _numbered_lines, check_max_length, load_parallel_corpus, pair_folders, tokenize_texts
 
 logger = logging.getLogger(__name__)
 
@@ -104,10 +104,18 @@ def parse_sources(dataset: str, language_pairs: str, more_datasets: Sequence[str
         if not separator or not source:
             raise ValueError(f"--more_datasets entries look like 'opus100=en-fr,fr-en', got {spec!r}.")
         specs.append((source, pairs))
-    return [
-        (source, parse_language_pairs(pairs, corpus_languages(source, split) if pairs.strip() == ALL_PAIRS else None))
-        for source, pairs in specs
-    ]
+    return [(source, _source_directions(source, pairs, split)) for source, pairs in specs]
+
+
+def _source_directions(source: str, pairs: str, split: str) -> list[tuple[str, str]]:
+    """`pairs` of one source; "all" of a folder with one subfolder per language pair (OPUS-100's layout) is both
+    directions of each of its pairs, "all" of other local corpora every ordered pair of their languages."""
+    if pairs.strip() != ALL_PAIRS:
+        return parse_language_pairs(pairs)
+    folders = pair_folders(source)
+    if folders:
+        return [direction for name in folders for direction in (tuple(name.split("-")), tuple(name.split("-")[::-1]))]
+    return parse_language_pairs(pairs, corpus_languages(source, split))
 
 
 def load_multilingual_corpus(

@@ -322,8 +322,17 @@ class StreamingTokenBatches(torch.utils.data.IterableDataset):
                 sources = [tag_source(text, row["direction"].split("-")[1]) for text, row in zip(sources, chunk)]
             encoded, keep = encode_pairs(self.tokenizer, sources, [row["target"] for row in chunk], self.max_length)
             self.dropped += len(keep) - len(encoded)
-            parts.append(encoded.select(["input_ids", "labels"]))
+            directions = pa.array([row["direction"] for row, kept in zip(chunk, keep) if kept], pa.string())
+            parts.append(encoded.select(["input_ids", "labels"]).append_column("direction", directions))
         return pa.concat_tables(parts).combine_chunks()
+
+    def first_window(self) -> datasets.Dataset:
+        """The pairs of the window where iteration starts, tokenised (``input_ids``, ``labels``, ``direction``): a
+        sample of the stream for checks before training (the stream's position is not moved)."""
+        table = self._read_window(iter(self.pairs))
+        if table is None:
+            raise ValueError("The training stream holds no pairs.")
+        return datasets.Dataset(datasets.table.InMemoryTable(table))
 
     def _window_batches(self, table: pa.Table, window: int) -> list[list[int]]:
         source_lengths = torch.from_numpy(pc.list_value_length(table["input_ids"]).to_numpy().astype("int64"))
@@ -339,7 +348,7 @@ class StreamingTokenBatches(torch.utils.data.IterableDataset):
 
     @staticmethod
     def _batch(table: pa.Table, indices: list[int]) -> list[dict]:
-        return table.take(pa.array(indices, pa.int64())).to_pylist()
+        return table.select(["input_ids", "labels"]).take(pa.array(indices, pa.int64())).to_pylist()
 
 
 def stream_fingerprint(directions: Sequence[StreamDirection], tokenizer, settings: dict) -> str:

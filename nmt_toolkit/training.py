@@ -47,6 +47,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow.compute as pc
 import torch
 from safetensors import safe_open
@@ -85,7 +86,7 @@ from .checkpoints import (
     load_saved_tokenizer,
     record_saved_folder,
 )
-from .data import UNKNOWN_SHARE_LIMIT, check_unknown_tokens, load_parallel_corpus, tokenize_pairs
+from .data import UNKNOWN_SHARE_LIMIT, check_language_tag, check_unknown_tokens, load_parallel_corpus, tokenize_pairs
 from .files import (
     CHECKSUMS_NAME,
     RECORD_COMMAND,
@@ -101,12 +102,14 @@ from .files import (
 from .metrics import translation_compute_metrics
 from .multilingual import (
     TemperatureTokenBatchSampler,
+    language_tag,
     load_multilingual_corpus,
     pair_name,
     parse_sources,
     split_by_direction,
     tokenize_directions,
 )
+from .streaming import StreamingTokenBatches, pair_stream, stream_directions, stream_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +162,13 @@ class DataArguments:
     validation_bleu: bool = field(default=False, metadata={"help": (
         "Also decode the validation set at each evaluation and report BLEU (slower).")})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    streaming: bool = field(default=False, metadata={"help": (
+        "Read, tokenise and batch the training corpus as a stream (corpora too large to tokenise ahead, such as "
+        "OPUS-100): the first update comes at once, memory stays bounded, and each checkpoint saves the stream "
+        "position (stream_state.json), so --resume_from_checkpoint continues with the exact next batch.")})
+    stream_buffer_pairs: int = field(default=20_000, metadata={"help": (
+        "Streaming: pairs tokenised, sorted by length and packed into batches together (memory grows with it; "
+        "fewer mean more padding).")})
     max_unknown_share: float = field(default=UNKNOWN_SHARE_LIMIT, metadata={"help": (
         "Refuse to train when more than this share of a language's tokens are <unk> (the tokenizer cannot spell "
         "it: trained on other text); 1 trains anyway.")})
@@ -168,6 +178,10 @@ class DataArguments:
             check_positive_int(getattr(self, name), f"--{name}")
         for name in ("target_tokens_per_update", "max_train_pairs", "max_validation_pairs", "preprocessing_num_workers"):
             check_positive_int(getattr(self, name), f"--{name}", allow_none=True)
+        check_positive_int(self.stream_buffer_pairs, "--stream_buffer_pairs")
+        if self.streaming and self.max_train_pairs:
+            raise ValueError("--max_train_pairs takes the first pairs of a corpus loaded whole; a stream has no such "
+                             "prefix: drop --streaming, or --max_train_pairs.")
         check_finite_number(self.sampling_temperature, "--sampling_temperature", positive=True)
         check_finite_number(self.max_unknown_share, "--max_unknown_share", minimum=0)
 
@@ -249,6 +263,12 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     def get_train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
+        if isinstance(self.train_dataset, StreamingTokenBatches):  # batches come whole, in the stream's order
+            # A generator of its own: starting to iterate draws a seed from it, which from the global RNG would shift
+            # the dropout of a resumed run (the Trainer restores the RNG state before this loader is iterated).
+            return DataLoader(self.train_dataset, batch_size=None, collate_fn=self.data_collator, num_workers=0,
+                              generator=torch.Generator(),
+                              pin_memory=self.args.dataloader_pin_memory and torch.accelerator.is_available())
         source_lengths, target_lengths = token_lengths(self.train_dataset)
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         if "direction" in self.train_dataset.column_names:  # multilingual: temperature sampling over directions
@@ -398,10 +418,11 @@ class WallClockCallback(TrainerCallback):
             logs["wall_time"] = wall_time
 
 
-def token_lengths(dataset) -> tuple[list[int], list[int]]:
-    """Source and target token counts of a tokenized dataset, read from Arrow without decoding the ids."""
+def token_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
+    """Source and target token counts of a tokenized dataset, read from Arrow without decoding the ids (NumPy
+    arrays: 4.5M pairs' lengths as Python lists took 300 MB)."""
     table = dataset.select_columns(["input_ids", "labels"]).with_format("arrow")[:]
-    return (pc.list_value_length(table["input_ids"]).to_pylist(), pc.list_value_length(table["labels"]).to_pylist())
+    return tuple(pc.list_value_length(table[name]).to_numpy().astype(np.int64) for name in ("input_ids", "labels"))
 
 
 def build_model_and_tokenizer(model_args: ModelArguments, language_pair: str | None = None):
@@ -576,6 +597,7 @@ FIXED_WHEN_RESUMING = (
     "train_split", "hub_config", "max_length", "max_tokens", "target_tokens_per_update", "max_train_pairs",
     "add_language_tag", "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm",
     "lr_scheduler_type", "warmup_steps", "seed", "data_seed", "gradient_accumulation_steps", "optim", "fp16", "bf16",
+    "streaming", "stream_buffer_pairs",
 )
 
 
@@ -633,8 +655,9 @@ def _recorded_value(name: str, recorded, current) -> str:
 def run_fingerprints(model, train_dataset) -> dict:
     """What a checkpoint records besides the arguments, compared when resuming: the model's config (a config file
     edited in place keeps its path) and a digest of the tokenized training data (a corpus changed in place too)."""
-    return {"model_config": architecture(model.config.to_dict()),
-            "training_data": training_data_fingerprint(train_dataset)}
+    data = train_dataset.fingerprint if isinstance(train_dataset, StreamingTokenBatches) else \
+        training_data_fingerprint(train_dataset)
+    return {"model_config": architecture(model.config.to_dict()), "training_data": data}
 
 
 def training_data_fingerprint(dataset) -> str:
@@ -681,8 +704,13 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
     language_pair = f"{data_args.source_lang}-{data_args.target_lang}"
     model, tokenizer = build_model_and_tokenizer(model_args, language_pair)
     with training_args.main_process_first(desc="loading and tokenizing the data"):
-        train_dataset = load_tokenized_split(data_args, tokenizer, data_args.train_split, data_args.dataset,
-                                             data_args.max_train_pairs, data_args.max_length)
+        if data_args.streaming:
+            check_language_tag(tokenizer, data_args.target_lang, data_args.add_language_tag)
+            sources = [(data_args.dataset, [(data_args.source_lang, data_args.target_lang)])]
+            train_dataset = training_stream(sources, tokenizer, data_args, training_args, data_args.add_language_tag)
+        else:
+            train_dataset = load_tokenized_split(data_args, tokenizer, data_args.train_split, data_args.dataset,
+                                                 data_args.max_train_pairs, data_args.max_length)
         eval_dataset = None
         if data_args.validation_split or data_args.validation_dataset:
             eval_dataset = load_tokenized_split(
@@ -711,7 +739,11 @@ def _train_multilingual(model_args, data_args, training_args, resume, callbacks)
             corpus = load_multilingual_corpus(sources, split, max_pairs=max_pairs, hub_config=data_args.hub_config)
             return tokenize_directions(corpus, tokenizer, max_length, num_proc=data_args.preprocessing_num_workers)
 
-        train_dataset = load(data_args.train_split, data_args.max_train_pairs, data_args.max_length)
+        if data_args.streaming:
+            check_language_tags(tokenizer, {target for _, directions in sources for _, target in directions})
+            train_dataset = training_stream(sources, tokenizer, data_args, training_args, add_language_tag=True)
+        else:
+            train_dataset = load(data_args.train_split, data_args.max_train_pairs, data_args.max_length)
         eval_dataset = None
         if data_args.validation_split:
             eval_dataset = split_by_direction(load(data_args.validation_split, data_args.max_validation_pairs, None))
@@ -719,11 +751,70 @@ def _train_multilingual(model_args, data_args, training_args, resume, callbacks)
                   training_args=training_args, resume=resume, callbacks=callbacks, target_lang=None)
 
 
+def training_stream(sources, tokenizer, data_args: DataArguments, training_args: TranslationTrainingArguments,
+                    add_language_tag: bool) -> StreamingTokenBatches:
+    """The training pairs of `sources` ([(source, directions)]) as a stream of token batches (see `streaming`)."""
+    if training_args.dataloader_num_workers:
+        raise ValueError("--streaming reads, tokenises and batches in the training process, where the stream position "
+                         "is kept for the checkpoints: leave --dataloader_num_workers at 0.")
+    directions = stream_directions(sources, data_args.train_split, data_args.hub_config)
+    seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
+    settings = {"max_length": data_args.max_length, "add_language_tag": add_language_tag, "seed": seed,
+                "sampling_temperature": data_args.sampling_temperature, "max_tokens": data_args.max_tokens,
+                "buffer_pairs": data_args.stream_buffer_pairs}
+    logger.info("Streaming %d direction(s), %d pairs in all, in windows of %d pairs.", len(directions),
+                sum(direction.pairs for direction in directions), data_args.stream_buffer_pairs)
+    return StreamingTokenBatches(
+        pair_stream(directions, data_args.sampling_temperature, seed), tokenizer, data_args.max_tokens,
+        max_length=data_args.max_length, add_language_tag=add_language_tag, buffer_pairs=data_args.stream_buffer_pairs,
+        seed=seed, num_replicas=training_args.world_size, rank=training_args.process_index,
+        fingerprint=stream_fingerprint(directions, tokenizer, settings))
+
+
+def check_language_tags(tokenizer, targets) -> None:
+    """Every target language's tag must be reserved in the tokenizer (`train_tokenizer.py --language_pairs`)."""
+    missing = sorted({language_tag(target) for target in targets} - set(tokenizer.get_vocab()))
+    if missing:
+        raise ValueError(f"The tokenizer has no language tags {missing}: train it with scripts/train_tokenizer.py "
+                         "--language_pairs (same pairs), which reserves a tag per target language.")
+
+
+STREAM_STATE_NAME = "stream_state.json"
+
+
+class StreamStateCallback(TrainerCallback):
+    """Save the stream position in each checkpoint (before its checksum manifest is written), so that resuming
+    continues with the next batch instead of the stream's start."""
+
+    def __init__(self, stream: StreamingTokenBatches):
+        self.stream = stream
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoint = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        if args.should_save and checkpoint.is_dir():
+            atomic_write_json(checkpoint / STREAM_STATE_NAME, self.stream.state_dict())
+
+
+def _resume_stream(stream: StreamingTokenBatches, checkpoint: str) -> None:
+    path = Path(checkpoint) / STREAM_STATE_NAME
+    if not path.is_file():
+        raise ValueError(f"--resume_from_checkpoint {checkpoint} has no {STREAM_STATE_NAME}: it was not saved by a "
+                         "--streaming run, so the stream position is unknown. Resume it without --streaming, or start "
+                         "a new run from its weights (--model_name_or_path).")
+    stream.load_state_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
 def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_args, training_args, resume, callbacks,
            target_lang):
     """The shared second half of bilingual and multilingual training: checks, the Trainer, the final save."""
-    check_unknown_tokens(train_dataset, tokenizer, data_args.max_unknown_share,
-                         (data_args.source_lang, data_args.target_lang), flag="--max_unknown_share")
+    streaming = isinstance(train_dataset, StreamingTokenBatches)
+    if streaming:  # the first window stands for the stream: a tokenizer that cannot spell it shows there
+        check_unknown_tokens(train_dataset.first_window(), tokenizer, data_args.max_unknown_share,
+                             (data_args.source_lang, data_args.target_lang), flag="--max_unknown_share")
+        training_args.ignore_data_skip = True  # the stream resumes at its saved position; skipping would re-read
+    else:
+        check_unknown_tokens(train_dataset, tokenizer, data_args.max_unknown_share,
+                             (data_args.source_lang, data_args.target_lang), flag="--max_unknown_share")
     if data_args.target_tokens_per_update:
         training_args.gradient_accumulation_steps = gradient_accumulation_for(
             data_args.target_tokens_per_update, data_args.max_tokens, training_args.world_size)
@@ -731,19 +822,22 @@ def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_ar
         if eval_dataset is None:
             raise ValueError("--validation_bleu needs validation data: pass --validation_split.")
         training_args.predict_with_generate = True
-    logger.info("Model: %s, %.2fM parameters; %d training pairs; %d-token batches x %d accumulation x %d processes.",
-                model.config.model_type, model.num_parameters() / 1e6, len(train_dataset), data_args.max_tokens,
+    logger.info("Model: %s, %.2fM parameters; %s training pairs; %d-token batches x %d accumulation x %d processes.",
+                model.config.model_type, model.num_parameters() / 1e6,
+                "streamed" if streaming else len(train_dataset), data_args.max_tokens,
                 training_args.gradient_accumulation_steps, training_args.world_size)
     arguments = {**run_arguments(model_args, data_args, training_args), **run_fingerprints(model, train_dataset)}
     if resume is not None:
         check_resume_matches(resume, arguments, model)
+        if streaming:
+            _resume_stream(train_dataset, resume)
     trainer = TokenBatchSeq2SeqTrainer(
         model=model, args=training_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
         processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         compute_metrics=translation_compute_metrics(tokenizer, target_lang=target_lang)
         if data_args.validation_bleu else None,
-        callbacks=[WallClockCallback(), ReadableLogCallback(), CheckpointRecordCallback(arguments),
-                   TimeEstimateCallback(), *(callbacks or [])],
+        callbacks=[WallClockCallback(), ReadableLogCallback(), *([StreamStateCallback(train_dataset)] if streaming else []),
+                   CheckpointRecordCallback(arguments), TimeEstimateCallback(), *(callbacks or [])],
         max_tokens=data_args.max_tokens, sampling_temperature=data_args.sampling_temperature,
     )
     # One line per log event: ReadableLogCallback's, not also the Trainer's printed dict.
