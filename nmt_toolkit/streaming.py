@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 STREAM_FEATURES = datasets.Features({"source": datasets.Value("string"), "target": datasets.Value("string"),
                                      "direction": datasets.Value("string")})
 STATE_VERSION = 1
+STATE_FILE = "stream_state.json"  # the stream position, in each checkpoint of a streaming run
 TOKENIZE_BATCH = 2000
 
 
@@ -362,5 +363,5 @@ def stream_fingerprint(directions: Sequence[StreamDirection], tokenizer, setting
            f"{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
-__all__ = ["StreamDirection", "stream_directions", "count_pairs", "pair_stream", "StreamingTokenBatches",
+__all__ = ["STATE_FILE", "StreamDirection", "stream_directions", "count_pairs", "pair_stream", "StreamingTokenBatches",
            "stream_fingerprint"]

@@ -109,6 +109,7 @@ from .multilingual import (
     split_by_direction,
     tokenize_directions,
 )
+from .streaming import STATE_FILE as STREAM_STATE_FILE
 from .streaming import StreamingTokenBatches, pair_stream, stream_directions, stream_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -779,9 +780,6 @@ def check_language_tags(tokenizer, targets) -> None:
                          "--language_pairs (same pairs), which reserves a tag per target language.")
 
 
-STREAM_STATE_NAME = "stream_state.json"
-
-
 class StreamStateCallback(TrainerCallback):
     """Save the stream position in each checkpoint (before its checksum manifest is written), so that resuming
     continues with the next batch instead of the stream's start."""
@@ -792,13 +790,13 @@ class StreamStateCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         checkpoint = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         if args.should_save and checkpoint.is_dir():
-            atomic_write_json(checkpoint / STREAM_STATE_NAME, self.stream.state_dict())
+            atomic_write_json(checkpoint / STREAM_STATE_FILE, self.stream.state_dict())
 
 
 def _resume_stream(stream: StreamingTokenBatches, checkpoint: str) -> None:
-    path = Path(checkpoint) / STREAM_STATE_NAME
+    path = Path(checkpoint) / STREAM_STATE_FILE
     if not path.is_file():
-        raise ValueError(f"--resume_from_checkpoint {checkpoint} has no {STREAM_STATE_NAME}: it was not saved by a "
+        raise ValueError(f"--resume_from_checkpoint {checkpoint} has no {STREAM_STATE_FILE}: it was not saved by a "
                          "--streaming run, so the stream position is unknown. Resume it without --streaming, or start "
                          "a new run from its weights (--model_name_or_path).")
     stream.load_state_dict(json.loads(path.read_text(encoding="utf-8")))

@@ -1,0 +1,84 @@
+"""Write a synthetic parallel corpus of a real corpus's size and shape, to measure the data path without downloading.
+
+WMT14 En-De's size (4.5M pairs), sentence lengths drawn from Multi30k's pairs and stretched to news text's (about
+twice as long, with a longer tail), words from a Zipfian vocabulary per language:
+    python scripts/make_synthetic_corpus.py --output_dir /data/synthetic-wmt14 --train_pairs 4500000 \\
+        --lengths_from path/to/multi30k --length_scale 2 --length_spread 0.35 --formats text jsonl
+OPUS-100's shape (99 languages with English, a few 1M-pair directions and a long tail), at any total size:
+    python scripts/make_synthetic_corpus.py --output_dir /data/synthetic-opus-2m --opus100_shaped --train_pairs 2000000
+
+The first writes train.{en,de}.gz (and train.jsonl.gz in the Hub's {"translation": {...}} schema) plus a val split,
+the second one folder per language pair (de-en/train.jsonl.gz, ...), as `--dataset` of train_tokenizer.py and
+train_translation.py reads them; corpus.json records what was written. The same arguments give the same files.
+Without --lengths_from the lengths come from a log-normal (median 20 words; 10 for --opus100_shaped).
+"""
+
+import argparse
+import json
+import logging
+import time
+
+from nmt_toolkit.arguments import positive_int
+from nmt_toolkit.cli import exit_on_error
+from nmt_toolkit.files import atomic_write_json, prepare_output_dir, releasing_output_dirs
+from nmt_toolkit.synthetic_corpus import (
+    OPUS100_LANGUAGES,
+    read_length_pairs,
+    realistic_length_pairs,
+    write_opus100_shaped_corpus,
+    write_parallel_corpus,
+)
+
+
+@releasing_output_dirs
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="Replace what --output_dir holds.")
+    parser.add_argument("--train_pairs", type=positive_int, default=4_500_000, help="Training pairs in all.")
+    parser.add_argument("--validation_pairs", type=int, default=None,
+                        help="Validation pairs (a 'val' split; per language pair with --opus100_shaped). "
+                             "Default: 3000, or none with --opus100_shaped.")
+    parser.add_argument("--source_lang", default="en")
+    parser.add_argument("--target_lang", default="de")
+    parser.add_argument("--lengths_from", help="A folder of aligned {split}.{lang}[.gz] files (Multi30k) whose pairs' "
+                                               "word counts are drawn; its sentences are not copied.")
+    parser.add_argument("--length_scale", type=float, default=1.0, help="Median factor on the drawn lengths.")
+    parser.add_argument("--length_spread", type=float, default=0.0, help="Log-normal shape of the per-pair factor.")
+    parser.add_argument("--formats", nargs="+", default=["text"], choices=["text", "jsonl"],
+                        help="text: {split}.{lang}.gz; jsonl: {split}.jsonl.gz (one direction only).")
+    parser.add_argument("--vocabulary_size", type=positive_int, default=None,
+                        help="Words per language (default 50000; 20000 with --opus100_shaped).")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--opus100_shaped", action="store_true", help="OPUS-100's 99 pairs with English, scaled.")
+    parser.add_argument("--languages", nargs="+", default=None,
+                        help="With --opus100_shaped: only these languages (default: OPUS-100's 99).")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    output = prepare_output_dir(args.output_dir, args.overwrite_output_dir)
+    start = time.perf_counter()
+    if args.opus100_shaped:
+        lengths = read_length_pairs(args.lengths_from) if args.lengths_from else None
+        sizes = write_opus100_shaped_corpus(
+            output, args.train_pairs, seed=args.seed, vocabulary_size=args.vocabulary_size or 20_000,
+            length_pairs=lengths, validation_pairs=args.validation_pairs or 0,
+            languages=tuple(args.languages or OPUS100_LANGUAGES))
+        record = {"shape": "opus100", "train_pairs": sizes}
+    else:
+        languages = (args.source_lang, args.target_lang)
+        lengths = read_length_pairs(args.lengths_from, languages) if args.lengths_from else realistic_length_pairs(
+            seed=args.seed)
+        validation = 3000 if args.validation_pairs is None else args.validation_pairs
+        splits = {"train": args.train_pairs, **({"val": validation} if validation else {})}
+        write_parallel_corpus(output, languages, splits, lengths, formats=args.formats, seed=args.seed,
+                              vocabulary_size=args.vocabulary_size or 50_000, length_scale=args.length_scale,
+                              length_spread=args.length_spread)
+        record = {"shape": "one direction", "languages": list(languages), "splits": splits}
+    record.update({"arguments": vars(args), "seconds": round(time.perf_counter() - start, 1)})
+    atomic_write_json(output / "corpus.json", record)
+    logging.info("Wrote %s in %.0f s.", json.dumps({k: v for k, v in record.items() if k != "arguments"})[:200],
+                 record["seconds"])
+
+
+if __name__ == "__main__":
+    exit_on_error(main)
