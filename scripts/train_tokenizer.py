@@ -16,6 +16,7 @@ model's tokenizer has none (the translation pipeline prepends a tag whenever the
 
 import argparse
 import logging
+import random
 
 from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.checkpoints import save_pretrained_atomically
@@ -34,10 +35,13 @@ def main(argv=None):
     parser.add_argument("--more_datasets", nargs="*", default=[], help="Further sources, each 'SOURCE=PAIRS'.")
     parser.add_argument("--sampling_temperature", type=float, default=5.0,
                         help="Multilingual: languages sampled ~ (share)^(1/T) for the BPE (1 = as in the data).")
-    parser.add_argument("--seed", type=int, default=0, help="Seed of the multilingual sample.")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the multilingual sample and of --sample_pairs.")
     parser.add_argument("--split", default="train")
     parser.add_argument("--hub_config", default=None, help="Hub dataset configuration, if not the pair's.")
     parser.add_argument("--max_pairs", type=int, default=None, help="Train on the first N pairs (per direction) only.")
+    parser.add_argument("--sample_pairs", type=positive_int, default=None,
+                        help="Train on N pairs drawn at random (--seed) from the whole corpus (the merges of a large "
+                             "corpus come from its frequent words; docs/training.md, Scale, measures how many suffice).")
     parser.add_argument("--merges", type=int, default=32000, help="BPE merges (papers: 32000).")
     parser.add_argument("--min_frequency", type=positive_int, default=2)
     parser.add_argument("--language_tags", nargs="*", default=[], help="Tags to reserve for a multilingual model, e.g. <2de> <2fr>.")
@@ -45,6 +49,9 @@ def main(argv=None):
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--overwrite_output_dir", action="store_true", help="Replace what --output_dir holds.")
     args = parser.parse_args(argv)
+    if args.language_pairs and args.sample_pairs:
+        parser.error("--sample_pairs is for one direction; --language_pairs draws its own balanced sample "
+                     "(--max_pairs per direction, --sampling_temperature).")
     if args.language_pairs and (args.source_lang or args.target_lang):
         parser.error("--language_pairs replaces --source_lang/--target_lang: pass one or the other.")
     if not args.language_pairs and not (args.source_lang and args.target_lang):
@@ -66,6 +73,10 @@ def main(argv=None):
         languages = [args.source_lang, args.target_lang]
         corpus = load_parallel_corpus(args.dataset, *languages, split=args.split, max_pairs=args.max_pairs,
                                       hub_config=args.hub_config)
+        if args.sample_pairs and args.sample_pairs < len(corpus):
+            drawn = sorted(random.Random(args.seed).sample(range(len(corpus)), args.sample_pairs))  # in file order
+            logging.info("BPE sample: %d of %d pairs.", len(drawn), len(corpus))
+            corpus = corpus.select(drawn)
         tags = list(dict.fromkeys(args.language_tags))  # unique, in order
         tokenizer = train_corpus_tokenizer([corpus], languages, language_tags=tags, **settings)
     save_pretrained_atomically(tokenizer, args.output_dir)
