@@ -24,6 +24,7 @@ whatever the size.
 import gzip
 import json
 import math
+import re
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -206,14 +207,26 @@ def _write_split(folder: Path, split: str, languages: tuple[str, str], chunks, f
                 files[0].write("\n".join(sources) + "\n")
                 files[1].write("\n".join(targets) + "\n")
             if "jsonl" in formats:
-                files[-1].write("".join(
-                    json.dumps({"translation": {languages[0]: source, languages[1]: target}}, ensure_ascii=False) + "\n"
-                    for source, target in zip(sources, targets)))
+                files[-1].write(_json_lines(sources, targets, languages))
     finally:
         for file in files:
             file.close()
     for temporary, path in zip(partial, paths):
         temporary.replace(path)
+
+
+NEEDS_ESCAPING = re.compile(r'["\\\x00-\x1f]')
+
+
+def _json_lines(sources: list[str], targets: list[str], languages: tuple[str, str]) -> str:
+    """``{"translation": {source: ..., target: ...}}`` lines; written directly when no character needs escaping in
+    JSON (letters, spaces and full stops: always, for these vocabularies), which is several times faster."""
+    if NEEDS_ESCAPING.search("".join(sources)) or NEEDS_ESCAPING.search("".join(targets)):
+        return "".join(json.dumps({"translation": {languages[0]: source, languages[1]: target}}, ensure_ascii=False)
+                       + "\n" for source, target in zip(sources, targets))
+    first, second = languages
+    return "".join(f'{{"translation": {{"{first}": "{source}", "{second}": "{target}"}}}}\n'
+                   for source, target in zip(sources, targets))
 
 
 def opus100_pair_sizes(total_pairs: int = OPUS100_PAIRS, languages: Sequence[str] = OPUS100_LANGUAGES) -> dict[str, int]:
