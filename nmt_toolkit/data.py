@@ -6,8 +6,15 @@
 - a Hub dataset: ``"wmt14"`` (de-en, fr-en), ``"wmt15"`` (cs-en), ``"opus100"`` (any xx-en pair), or any
   other Hub id with that schema (``hub_config`` names its configuration);
 - a local folder of aligned text files ``{split}.{lang}`` or ``{split}.{lang}.gz``, one sentence per line
-  (the layout of Multi30k: ``train.en.gz``, ``val.de.gz``, ``test_2016_flickr.fr.gz``, ...);
+  (the layout of Multi30k: ``train.en.gz``, ``val.de.gz``, ``test_2016_flickr.fr.gz``, ...), or of
+  ``{split}.jsonl[.gz]`` files; or a folder of such folders, one per language pair, named like the Hub's
+  configurations (``de-en``: OPUS-100's layout);
 - a JSON-lines file, one pair per line, either ``{"translation": {"en": ..., "de": ...}}`` or ``{"en": ..., "de": ...}``.
+
+A local corpus is read once into an Arrow file under the `datasets` cache (`corpus_cache_dir`), keyed by the
+files' path, size and modification time, and memory-mapped from there: a corpus of millions of pairs is never
+held in memory, and the next run (and `datasets.map` on it, whose results are cached beside it) starts from the
+cache.
 
 Splits of the papers (Xu et al. 2020, §5) and what the Hub offers: WMT14 En-De / En-Fr train on ``train``,
 validate on newstest2012+2013 and test on newstest2014; the Hub's ``validation`` split is newstest2013 alone
@@ -23,7 +30,9 @@ that does not exist is not looked up on the Hub unless it is shaped like a Hub i
 Hub datasets cannot be fixed by the user, so their (few) empty pairs are dropped and counted in the log.
 
 `tokenize_pairs` turns the pairs into ``input_ids`` / ``labels`` and drops the pairs longer than
-`max_length` subword tokens on either side (256 in the papers), logging how many.
+`max_length` subword tokens on either side (256 in the papers), logging how many. It encodes with the Rust
+tokenizer's batch encoding straight into Arrow (`encode_pairs`: the ids of the tokenizer's own call), in
+`num_proc` processes, cached.
 """
 
 import gzip

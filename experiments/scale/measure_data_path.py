@@ -131,13 +131,22 @@ def install_phase_timers(phases: dict) -> None:
         original = getattr(module, attribute)
 
         def timed(*args, _original=original, _phase=phase, **kwargs):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), cpu_seconds()
             try:
                 return _original(*args, **kwargs)
             finally:
                 phases[_phase] = round(phases.get(_phase, 0.0) + time.perf_counter() - start, 1)
+                phases[f"{_phase} (CPU)"] = round(phases.get(f"{_phase} (CPU)", 0.0) + cpu_seconds() - cpu, 1)
 
         setattr(module, attribute, timed)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its finished children (the workers of `num_proc`, once joined)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def process_age() -> float:
@@ -394,6 +403,99 @@ def plan(data: Path, scale: float = 1.0) -> list[dict]:
     return steps
 
 
+# --- The report ------------------------------------------------------------------------------------------------
+
+WMT_STEPS = ("BPE, 1M-pair sample (cold cache: reads the corpus)", "first training step, cold cache",
+             "first training step, warm cache", "token batching over the whole corpus")
+
+
+def render_report(results: dict) -> str:
+    steps, lines = results["steps"], []
+    machine_ = results["machine"]
+    loads = [step["load_average_before"][1] for step in steps.values()] or [0]
+    lines += [
+        "# The full-size data path, measured",
+        "",
+        f"Machine: {machine_['cpu_model']}, {machine_['cpus']} cores ({', '.join(machine_['simd_flags'])}; no "
+        f"AVX-512), {machine_['memory'].split(':')[1].strip()} memory. Every step ran at `nice -n 10` while other jobs "
+        f"shared the 2 cores (5-minute load average {min(loads):.1f}-{max(loads):.1f} during the steps): wall times "
+        "are under load; CPU times (user + system, all processes of the step) are what the work costs. Peak RSS is "
+        "the whole process tree's (workers included), sampled every 0.25 s; \"anonymous\" leaves out the "
+        "memory-mapped Arrow files. Command: `PYTHONPATH=. nice -n 10 python experiments/scale/measure_data_path.py "
+        "--data /work/scale-data/full`; each step's exact command is in [results.json](results.json).",
+        "",
+        "| step | wall | CPU | peak RSS | anonymous | load before/after |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, step in steps.items():
+        lines.append(f"| {name} | {_duration(step['wall_s'])} | {_duration(step['cpu_s'])} | "
+                     f"{step['tree_peak_rss_mb']:,} MB | {step['tree_peak_anonymous_mb']:,} MB | "
+                     f"{step['load_average_before'][0]:.1f} / {step['load_average_after'][0]:.1f} |")
+    lines += ["", *_wmt_summary(steps), "", *_stream_summary(steps)]
+    return "\n".join(lines) + "\n"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def _phase(steps: dict, step: str, phase: str) -> float:
+    return steps.get(step, {}).get("probe", {}).get("phases_s", {}).get(phase, 0.0)
+
+
+def _wmt_summary(steps: dict) -> list[str]:
+    if not all(name in steps for name in WMT_STEPS):
+        return ["(WMT14-sized steps incomplete.)"]
+    bpe, cold, warm, batching = (steps[name] for name in WMT_STEPS)
+    read = _phase(steps, WMT_STEPS[1], "read corpus")
+    bpe_s = _phase(steps, WMT_STEPS[0], "BPE")
+    tokenise = _phase(steps, WMT_STEPS[1], "read + tokenise") - _phase(steps, WMT_STEPS[1], "read corpus")
+    batch_s = _phase(steps, WMT_STEPS[1], "batching: lengths") + _phase(steps, WMT_STEPS[1], "batching: sampler")
+    total = read + bpe_s + tokenise + batch_s
+    peak = max(bpe["tree_peak_rss_mb"], cold["tree_peak_rss_mb"], batching["tree_peak_rss_mb"])
+    probe = batching.get("probe", {})
+    return [
+        "## WMT14-sized (4.5M pairs), map-style",
+        "",
+        f"Preprocessing (phases of the runs above): reading the corpus into Arrow {read:.0f} s, BPE on the 1M-pair "
+        f"sample {bpe_s:.0f} s, tokenising all pairs ({'2 processes'}) {tokenise:.0f} s, batching {batch_s:.0f} s: "
+        f"**{total / 60:.1f} min** wall under load (target 15 min: {'met' if total <= 900 else 'not met'}); peak RSS "
+        f"**{peak:,} MB** (target 4 GB: {'met' if peak <= 4096 else 'not met'}).",
+        f"First training step: cold cache {cold['probe']['first_step_end_s']:.0f} s after the process started, warm "
+        f"cache **{warm['probe']['first_step_end_s']:.0f} s** (target 2 min: "
+        f"{'met' if warm['probe']['first_step_end_s'] <= 120 else 'not met'}); warm phases: "
+        + ", ".join(f"{name} {value:.0f} s" for name, value in warm["probe"]["phases_s"].items()) + ".",
+        f"Token batching alone: {probe.get('pairs', 0):,} pairs' lengths read in {probe.get('lengths_s')} s, the "
+        f"sampler built in {probe.get('sampler_s')} s ({probe.get('batches', 0):,} batches, "
+        f"{probe.get('padding_share', 0):.1%} padding), an epoch iterated in {probe.get('epoch_iteration_s')} s; RSS "
+        f"{probe.get('rss_before_mb')} MB before, {probe.get('rss_after_sampler_mb')} MB after the sampler.",
+    ]
+
+
+def _stream_summary(steps: dict) -> list[str]:
+    runs = {size: steps.get(f"streaming {size}: 300k pairs of batches (cold: counts the directions)", {})
+            for size in ("2m", "10m")}
+    resume = steps.get("streaming 10m: resume at the saved position", {}).get("probe", {})
+    if not all(run.get("probe") for run in runs.values()):
+        return ["(Streaming steps incomplete.)"]
+    lines = ["## OPUS-100-shaped (198 directions), streaming", "",
+             "| corpus | setup | first batch | pairs/s | peak RSS | anonymous | RSS every 100 batches (MB) |",
+             "|---|---|---|---|---|---|---|"]
+    for size, run in runs.items():
+        probe = run["probe"]
+        lines.append(f"| {size} pairs | {probe['setup_s']} s | {probe['first_batch_s']} s | {probe['pairs_per_s']:,} | "
+                     f"{run['tree_peak_rss_mb']:,} MB | {run['tree_peak_anonymous_mb']:,} MB | "
+                     f"{', '.join(map(str, probe['rss_every_100_batches_mb']))} |")
+    difference = abs(runs["2m"]["tree_peak_rss_mb"] - runs["10m"]["tree_peak_rss_mb"])
+    lines += ["", f"Peak RSS differs by {difference} MB between 2M and 10M pairs (bounded: "
+                  f"{'yes' if difference <= 0.05 * runs['2m']['tree_peak_rss_mb'] else 'no'})."]
+    if resume:
+        lines.append(f"Resumed from the position saved after batch 1,000 (window {resume.get('resumed_at_window')}): "
+                     f"the next 5 batches {'equal' if resume.get('resumed_exactly') else 'DIFFER FROM'} the "
+                     f"uninterrupted run's; first batch after {resume['first_batch_s']} s (setup {resume['setup_s']} s).")
+    return lines
+
+
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "probe":
         name, arguments = sys.argv[2], sys.argv[3:]
@@ -403,7 +505,11 @@ def main():
     parser.add_argument("--only", nargs="*", default=None, help="Run only the steps whose names contain these words.")
     parser.add_argument("--output", type=Path, default=HERE / "results.json")
     parser.add_argument("--scale", type=float, default=1.0, help="Shrink every count (a quick trial of the plan).")
+    parser.add_argument("--report", action="store_true", help="Only write results.md from results.json.")
     args = parser.parse_args()
+    if args.report:
+        args.output.with_suffix(".md").write_text(render_report(json.loads(args.output.read_text())))
+        return
     results = json.loads(args.output.read_text()) if args.output.is_file() else {"machine": machine(), "steps": {}}
     (args.data / "logs").mkdir(parents=True, exist_ok=True)
     for step in plan(args.data, args.scale):
@@ -422,6 +528,7 @@ def main():
                          "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime(time.time() - measured["wall_s"]))})
         results["steps"][step["name"]] = measured
         args.output.write_text(json.dumps(results, indent=1) + "\n")
+        args.output.with_suffix(".md").write_text(render_report(results))
         print(f"    {json.dumps({k: v for k, v in measured.items() if k not in ('rss_timeline_mb', 'command')})[:600]}",
               flush=True)
         if measured["exit_code"]:
