@@ -13,7 +13,7 @@ from conftest import MULTI30K, read_multi30k
 from safetensors.torch import load_file
 
 from modeling_dwlstm.tokenization_dwlstm import train_joint_bpe_tokenizer
-from nmt_toolkit import data
+from nmt_toolkit import data, streaming
 from nmt_toolkit.data import encode_pairs, load_parallel_corpus, tokenize_pairs, train_corpus_tokenizer
 from nmt_toolkit.multilingual import (
     language_tag,
@@ -232,3 +232,20 @@ def test_streaming_training_resumes_to_the_weights_of_an_uninterrupted_run(opus,
         run("killed", 9, resume_from_checkpoint="last")
     assert np.isfinite(json.loads((tmp_path / "straight" / "trainer_state.json").read_text())["log_history"][-1][
         "train_loss"])
+
+
+def test_a_hub_corpus_streams_with_its_empty_pairs_dropped(monkeypatch):
+    rows = [{"translation": {"de": f"Satz {index}", "en": f"sentence {index}" if index % 3 else " "}}
+            for index in range(12)]
+    features = datasets.Features({"translation": datasets.Translation(languages=["de", "en"])})
+    hub = datasets.Dataset.from_list(rows, features=features).to_iterable_dataset()
+    asked = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: asked.append((args, kwargs)) or hub)
+    monkeypatch.setattr(streaming, "_hub_size", lambda repository, config, split: 12)
+    (direction,) = stream_directions([("wmt14", [("en", "de")])], split="train")
+    assert direction.hub == ("wmt/wmt14", "de-en", "train") and direction.pairs == 12
+    pairs = list(itertools.islice(pair_stream([direction]), 10))
+    assert asked[0][1] == {"split": "train", "streaming": True}
+    assert pairs[:2] == [{"source": "sentence 1", "target": "Satz 1", "direction": "en-de"},
+                         {"source": "sentence 2", "target": "Satz 2", "direction": "en-de"}]
+    assert len(pairs) == 10 and pairs[8]["source"] == "sentence 1"  # 8 non-empty pairs, then read again
