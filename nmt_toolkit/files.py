@@ -89,6 +89,13 @@ def check_line_ends(path, line_ends: int, lone_returns: int) -> None:
                          "tr '\\r' '\\n' < old > new.")
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` (UTF-8) to `path` through a temporary file beside it and a rename; return the path."""
     path = Path(path)
@@ -100,6 +107,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             file.write(text)
             file.flush()
             os.fsync(file.fileno())
+            os.chmod(file.fileno(), 0o666 & ~_umask())  # tempfile makes it private (0600); a file is not
         except BaseException:
             file.close()
             temporary.unlink(missing_ok=True)
@@ -125,6 +133,7 @@ def atomic_directory(path: str | os.PathLike, replace: bool = False) -> Iterator
         raise ValueError(f"{path} already exists; choose a new output folder (nothing is overwritten).")
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".incomplete", dir=path.parent))
+    staging.chmod(0o777 & ~_umask())  # mkdtemp makes it private (0700); a folder is not
     try:
         yield staging
         if path.exists():
