@@ -841,6 +841,8 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         input_ids = kwargs.get("input_ids", inputs)
         attention_mask = kwargs.get("attention_mask")
         if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and kwargs.get("encoder_outputs") is None:
+            if attention_mask is None:
+                attention_mask = kwargs["attention_mask"] = self.mask_from_padding(input_ids)
             lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full(input_ids.shape[:1], input_ids.shape[1])
             empty = (lengths == 0).nonzero().flatten().tolist()
             if empty:
@@ -850,6 +852,15 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
                     "evaluate_translation.py do so and return '')."
                 )
         return super().generate(inputs, **kwargs)
+
+    def mask_from_padding(self, input_ids: torch.Tensor) -> torch.Tensor | None:
+        """The attention mask of padded sources given without one: transformers 5 no longer derives it from the pad id
+        for encoder-decoder models, so the padded sentences of a batch would attend to their padding and translate
+        differently than alone. None when nothing is padded (or the pad id is the end-of-sentence id)."""
+        pad, eos = self.config.pad_token_id, self.config.eos_token_id
+        if pad is None or pad == eos or not bool((input_ids == pad).any()):
+            return None
+        return input_ids.ne(pad).long()
 
 
 __all__ = [
