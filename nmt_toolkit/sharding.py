@@ -15,14 +15,19 @@ per stack during a step.
 - `shard_layers(model)`: `fully_shard` on every encoder and decoder layer, then on the whole model (the root
   unit: embeddings, final LayerNorms, output projection), with the lenders kept gathered;
 - `keep_lenders_gathered(model)`: the same fix for a model that something else sharded (accelerate's FSDP2
-  plugin wraps the classes in `model._no_split_modules`, the layers); `TokenBatchSeq2SeqTrainer` applies it;
+  plugin wraps the classes in `model._no_split_modules`, the layers); `TokenBatchSeq2SeqTrainer` applies it (`ShardedLayersCallback`);
 - `borrowed_modules(model)`: which modules are used by a module that does not own them.
 
 Launching (torchrun or accelerate, the ready configs in `examples/accelerate/`) is described in docs/training.md.
 """
 
+import logging
+
 import torch
 from torch import nn
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
 
 
 def borrowed_modules(model: nn.Module) -> list[tuple[str, str]]:
@@ -108,4 +113,20 @@ def shard_layers(model: nn.Module, mesh=None, **fsdp_kwargs) -> nn.Module:
     return model
 
 
-__all__ = ["shard_layers", "keep_lenders_gathered", "borrowed_modules", "transformer_layers"]
+
+
+class ShardedLayersCallback(TrainerCallback):
+    """Applies `keep_lenders_gathered` once the Trainer has prepared the model: under accelerate's FSDP2 plugin the
+    model is sharded then, one unit per class in `_no_split_modules` (the layers)."""
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        from torch.distributed.fsdp import FSDPModule
+
+        if isinstance(model, FSDPModule):
+            changed = keep_lenders_gathered(model)
+            if changed and state.is_world_process_zero:
+                logger.info("FSDP: the units holding modules shared by several layers keep them gathered from forward "
+                            "to backward: %s.", ", ".join(changed))
+
+
+__all__ = ["shard_layers", "keep_lenders_gathered", "borrowed_modules", "transformer_layers", "ShardedLayersCallback"]
