@@ -10,10 +10,12 @@ unit that holds a shared module (the *lender*) keeps its parameters gathered fro
 (`reshard_after_forward=False`): the later layers run forward after it and backward before it, so they always
 find the gathered weights, and their gradients are summed into the lender's before it reduce-scatters them once.
 State-dict keys and numerics are those of the unsharded model; the cost is one layer's parameters kept whole
-per stack during a step.
+per stack during a step. (A shared module cannot be a unit of its own: each call would reshard it, and the gates'
+LayerNorm weights are read outside their forward, by the step's `activations`.)
 
 - `shard_layers(model)`: `fully_shard` on every encoder and decoder layer, then on the whole model (the root
-  unit: embeddings, final LayerNorms, output projection), with the lenders kept gathered;
+  unit: embeddings, final LayerNorms, output projection), with the lenders kept gathered and `generate()` registered
+  as a forward of the root (it calls the encoder and decoder directly);
 - `keep_lenders_gathered(model)`: the same fix for a model that something else sharded (accelerate's FSDP2
   plugin wraps the classes in `model._no_split_modules`, the layers); `TokenBatchSeq2SeqTrainer` applies it (`ShardedLayersCallback`);
 - `borrowed_modules(model)`: which modules are used by a module that does not own them.
@@ -97,9 +99,10 @@ def shard_layers(model: nn.Module, mesh=None, **fsdp_kwargs) -> nn.Module:
     and the tied output projection form the root unit), and keep the lenders of shared modules gathered (see the
     module's docstring). `mesh` (default: every process of the default process group, on the accelerator or the
     CPU) and `fsdp_kwargs` (`mp_policy`, `reshard_after_forward`, ...) go to every `fully_shard` call. Call it after
-    `torch.distributed.init_process_group` and before creating the optimizer; returns `model`, sharded in place."""
+    `torch.distributed.init_process_group` and before creating the optimizer; returns `model`, sharded in place
+    (`generate()` works on it)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
     if not torch.distributed.is_initialized():
         raise ValueError("shard_layers needs torch.distributed initialised: launch with torchrun or accelerate launch.")
@@ -110,6 +113,8 @@ def shard_layers(model: nn.Module, mesh=None, **fsdp_kwargs) -> nn.Module:
         fully_shard(layer, mesh=mesh, **fsdp_kwargs)
     fully_shard(model, mesh=mesh, **fsdp_kwargs)
     keep_lenders_gathered(model)
+    if hasattr(model, "generate"):  # generate() calls the encoder and decoder directly, not the root's forward
+        register_fsdp_forward_method(model, "generate")
     return model
 
 
