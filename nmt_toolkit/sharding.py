@@ -99,8 +99,9 @@ def shard_layers(model: nn.Module, mesh=None, **fsdp_kwargs) -> nn.Module:
     and the tied output projection form the root unit), and keep the lenders of shared modules gathered (see the
     module's docstring). `mesh` (default: every process of the default process group, on the accelerator or the
     CPU) and `fsdp_kwargs` (`mp_policy`, `reshard_after_forward`, ...) go to every `fully_shard` call. Call it after
-    `torch.distributed.init_process_group` and before creating the optimizer; returns `model`, sharded in place
-    (`generate()` works on it)."""
+    `torch.distributed.init_process_group`, and create the optimizer before any forward: after one, the units that
+    stay gathered (the root, the lenders) hold unsharded parameters until their backward. Returns `model`, sharded
+    in place (`generate()` works on it)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 

@@ -68,7 +68,13 @@ for name, settings in json.loads(sys.argv[1]).items():
         model.gradient_checkpointing_enable()
     keys = list(model.state_dict())
     shard_layers(model)
+    # Before any forward: afterwards the units that stay gathered (the root, the lenders) hold unsharded parameters.
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+    with torch.no_grad():
+        sources = torch.randint(4, 40, (2, 5), generator=torch.Generator().manual_seed(2))
+        same_translations = torch.equal(*(m.eval().generate(input_ids=sources, num_beams=2, max_new_tokens=4)
+                                          for m in (model, reference)))
+    model.train(), reference.train()
     generator = torch.Generator().manual_seed(1)
     losses, worst_gradient = [], 0.0
     for step in range(3):
@@ -90,7 +96,8 @@ for name, settings in json.loads(sys.argv[1]).items():
         for optimizer in optimizers:
             optimizer.step()
             optimizer.zero_grad()
-    results[name] = {"losses": losses, "worst_gradient": worst_gradient, "keys_kept": list(model.state_dict()) == keys}
+    results[name] = {"losses": losses, "worst_gradient": worst_gradient, "keys_kept": list(model.state_dict()) == keys,
+                     "same_translations": same_translations}
 if rank == 0:
     print("RESULTS" + json.dumps(results))
 '''
@@ -107,7 +114,8 @@ SHARDED_CASES = {
 
 def test_per_layer_sharding_gives_the_unsharded_losses_and_gradients(tmp_path):
     """Shared gates, a shared hidden module, one gate module for both stacks and gradient checkpointing, under
-    `fully_shard` per layer on two processes: every step's loss and gradient are the unsharded model's."""
+    `fully_shard` per layer on two processes: every step's loss and gradient are the unsharded model's, and so are
+    its beam-search translations."""
     script = tmp_path / "shard_layers.py"
     script.write_text(SHARD_LAYERS)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
@@ -120,6 +128,7 @@ def test_per_layer_sharding_gives_the_unsharded_losses_and_gradients(tmp_path):
             assert sharded == pytest.approx(unsharded, rel=1e-5), name
         assert result["worst_gradient"] < 1e-4, name  # float32 sums in another order; a missed share is O(1)
         assert result["keys_kept"], f"{name}: sharding changed the state-dict keys"
+        assert result["same_translations"], f"{name}: generate() of the sharded model differs"
 
 
 def test_the_modules_layers_borrow_are_found():
