@@ -20,8 +20,8 @@ import torch
 
 # The world size as torchrun / accelerate's multi-process launcher and the MPI launchers set it.
 WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-SEVERAL_PROCESSES = ("accelerate launch --multi_gpu --num_processes N ... (on CPUs too: --use_cpu is implied there), "
-                     "or torchrun --nproc_per_node N ...; see docs/training.md")
+SEVERAL_PROCESSES = ("accelerate launch --multi_gpu --num_processes N ... (on CPUs too: --use_cpu is implied there) "
+                     "or torchrun --nproc_per_node N ...")
 
 
 def launched_world_size() -> int:
@@ -43,15 +43,15 @@ def check_launch(training_args) -> None:
     if "ACCELERATE_USE_CPU" in os.environ and os.environ.get("MASTER_PORT") and world_size == 1:
         raise ValueError("accelerate launch started a single process although it was given several (--num_processes "
                          "or --num_machines above 1 with --cpu, or without --multi_gpu): its single-process launcher "
-                         f"ignores the count. For N processes use {SEVERAL_PROCESSES}.")
+                         f"ignores the count. For N processes use {SEVERAL_PROCESSES} (docs/training.md).")
     if torch.accelerator.is_available():
         return
     for variable, engine in (("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed")):
         if is_true(variable):
             raise ValueError(f"accelerate launch was asked for {engine}, which accelerate runs on GPUs only: on this "
-                             "machine without an accelerator it would train with plain DDP. Use a GPU machine, or "
-                             f"on CPUs {SEVERAL_PROCESSES} (DDP). PyTorch's FSDP2 itself runs on CPUs: "
-                             "nmt_toolkit.sharding.shard_layers in a training loop (docs/training.md).")
+                             "machine without an accelerator it would train with plain DDP. On CPUs use "
+                             f"{SEVERAL_PROCESSES} for DDP, or nmt_toolkit.sharding.shard_layers in a training loop "
+                             "under torchrun for FSDP (docs/training.md).")
     if world_size > 1:
         training_args.use_cpu = True
 
