@@ -231,24 +231,27 @@ def test_fsdp_through_accelerate_trains_as_ddp(tiny_setup, tmp_path):
     assert all(torch.allclose(weights[name], reference[name], atol=0.02) for name in reference)  # Adam: a few lr apart
 
 
-LAUNCH_CHECK = """
-from types import SimpleNamespace
-from nmt_toolkit.cli import exit_on_error
-from nmt_toolkit.launch import check_launch
+@pytest.mark.parametrize("launch_flags, refused", [(["--cpu", "--num_processes", "2"], True),
+                                                   (["--num_processes", "2"], True), (["--cpu"], False)])
+def test_accelerates_single_process_launcher_asked_for_several_is_refused(monkeypatch, launch_flags, refused):
+    """`accelerate launch --cpu --num_processes 2` (and `--num_processes 2` without --multi_gpu on a machine without
+    GPUs) starts one process: in the environment accelerate's single-process launcher gives it, it says so instead
+    of training alone."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_simple_launcher_cmd_env
 
-exit_on_error(check_launch, SimpleNamespace(use_cpu=False))
-"""
-
-
-def test_accelerate_cpu_flag_with_several_processes_is_refused(tmp_path):
-    """`accelerate launch --cpu --num_processes 2` starts one process: it says so instead of training alone (what
-    train_translation checks first, `check_launch`, under the real launcher)."""
-    script = tmp_path / "check_launch.py"
-    script.write_text(LAUNCH_CHECK)
-    finished = launch([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
-                       "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(script)])
-    assert finished.returncode != 0
-    assert "error: accelerate launch started a single process although it was given several" in finished.stderr
+    for key in [*[key for key in os.environ if key.startswith("ACCELERATE_")], "WORLD_SIZE", "MASTER_PORT"]:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    arguments, _, _ = _validate_launch_command(launch_command_parser().parse_args([*launch_flags, "train.py"]))
+    _, environment = prepare_simple_launcher_cmd_env(arguments)
+    for key in environment.keys() - os.environ.keys():
+        monkeypatch.setenv(key, environment[key])
+    if refused:
+        with pytest.raises(ValueError, match="started a single process although it was given several"):
+            check_launch(SimpleNamespace(use_cpu=False))
+    else:
+        check_launch(SimpleNamespace(use_cpu=False))
 
 
 def test_training_arguments_check_the_launch(monkeypatch, tmp_path):
@@ -276,11 +279,6 @@ def test_several_processes_without_an_accelerator_train_on_the_cpu(monkeypatch):
     its own, and they raced for the output folder."""
     assert checked_launch(monkeypatch, {"WORLD_SIZE": "2"}).use_cpu
     assert not checked_launch(monkeypatch, {}).use_cpu
-
-
-def test_accelerates_single_process_launcher_given_several_processes_is_refused(monkeypatch):
-    with pytest.raises(ValueError, match="started a single process although it was given several"):
-        checked_launch(monkeypatch, {"ACCELERATE_USE_CPU": "True", "MASTER_PORT": "29500"})
 
 
 @pytest.mark.parametrize("variable, engine", [("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed")])
