@@ -194,7 +194,9 @@ def training_arguments(setup: Path, output_dir: Path) -> list[str]:
     return ["--model_name_or_path", str(setup / "tiny.json"), "--tokenizer_name_or_path", str(setup / "tokenizer"),
             "--dataset", str(MULTI30K), "--source_lang", "en", "--target_lang", "de", "--max_train_pairs", "60",
             "--max_tokens", "320", "--max_steps", "4", "--warmup_steps", "1", "--learning_rate", "3e-3",
-            "--save_steps", "4", "--logging_steps", "1", "--disable_tqdm", "true", "--output_dir", str(output_dir)]
+            "--save_steps", "4", "--logging_steps", "1", "--disable_tqdm", "true", "--output_dir", str(output_dir),
+            "--validation_split", "val", "--max_validation_pairs", "16", "--eval_strategy", "steps", "--eval_steps", "4",
+            "--validation_bleu", "--generation_max_length", "12"]
 
 
 def accelerate_launch(config: str, script: Path, arguments: list[str]) -> subprocess.CompletedProcess:
@@ -209,8 +211,8 @@ def logged(run: Path, key: str) -> list[float]:
 
 def test_fsdp_through_accelerate_trains_as_ddp(tiny_setup, tmp_path):
     """The same two-process run with examples/accelerate/fsdp2.yaml (one FSDP unit per layer, the shared gates'
-    lender kept gathered) and with ddp-1node.yaml: the same loss and gradient norm at every step, a whole model
-    saved with this family's code."""
+    lender kept gathered) and with ddp-1node.yaml: the same loss and gradient norm at every step, the same
+    validation loss and chrF, a whole model saved with this family's code."""
     driver = tmp_path / "fsdp_on_cpu.py"
     driver.write_text(FSDP_ON_CPU_DRIVER)
     sharded = accelerate_launch("fsdp2.yaml", driver, training_arguments(tiny_setup, tmp_path / "fsdp"))
@@ -223,6 +225,9 @@ def test_fsdp_through_accelerate_trains_as_ddp(tiny_setup, tmp_path):
     for key in ("loss", "grad_norm"):
         fsdp, ddp = logged(tmp_path / "fsdp", key), logged(tmp_path / "ddp", key)
         assert len(fsdp) == len(ddp) == 4 and fsdp == pytest.approx(ddp, rel=1e-5), key
+    for key in ("eval_loss", "eval_chrf"):  # validation, with beam search through the sharded model
+        fsdp, ddp = logged(tmp_path / "fsdp", key), logged(tmp_path / "ddp", key)
+        assert len(fsdp) == len(ddp) == 1 and fsdp == pytest.approx(ddp, rel=1e-5), key
     config = json.loads((tmp_path / "fsdp" / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_dwlstm.DwLstmForConditionalGeneration"
     assert not list((tmp_path / "fsdp").glob("_fsdp*.py")), "torch's FSDP files were saved as the model's code"
