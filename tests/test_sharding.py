@@ -309,3 +309,27 @@ def test_the_accelerate_configs_are_what_the_docs_say():
     assert fsdp["fsdp_version"] == 2 and fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
     assert fsdp["fsdp_state_dict_type"] == "FULL_STATE_DICT"  # checkpoints hold model.safetensors
     assert (CONFIGS / "deepspeed-zero2.yaml").read_text().startswith("# UNTESTED")
+
+
+@pytest.mark.parametrize("optimizer_state", ["optimizer.pt", "optimizer.bin", "optimizer_0", None])
+def test_a_checkpoint_of_a_sharded_run_resumes(tmp_path, optimizer_state):
+    """Under FSDP the Trainer saves the optimizer state as optimizer.bin (whole) or optimizer_0/ (sharded): such a
+    checkpoint resumes; one without any optimizer state is refused."""
+    from nmt_toolkit.checkpoints import record_saved_folder
+    from nmt_toolkit.training import check_resumable
+
+    checkpoint = tmp_path / "run" / "checkpoint-4"
+    checkpoint.mkdir(parents=True)
+    for name in ("trainer_state.json", "model.safetensors", "scheduler.pt", "rng_state_0.pth"):
+        (checkpoint / name).write_text("{}")
+    if optimizer_state == "optimizer_0":
+        (checkpoint / optimizer_state).mkdir()
+        (checkpoint / optimizer_state / "__0_0.distcp").write_text("shard")
+    elif optimizer_state:
+        (checkpoint / optimizer_state).write_text("state")
+    record_saved_folder(checkpoint)
+    if optimizer_state:
+        check_resumable(checkpoint, str(tmp_path / "run"))
+    else:
+        with pytest.raises(ValueError, match="lacks optimizer.pt"):
+            check_resumable(checkpoint, str(tmp_path / "run"))
