@@ -705,7 +705,7 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
         )
         # The layer classes this config builds, not every class a member may build: accelerate's FSDP wraps each
         # class named here and refuses one the model lacks.
-        self._no_split_modules = list(dict.fromkeys(layer_class.__name__ for layer_class in (encoder_layer_class, decoder_layer_class)))
+        self._no_split_modules = sorted({encoder_layer_class.__name__, decoder_layer_class.__name__})
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

@@ -246,8 +246,9 @@ def linear_modules(model: nn.Module) -> list[nn.Linear]:
 def is_quantized(module: nn.Linear) -> bool:
     """Whether `module` computes in int8 (`quantize_int8`) or its weight is another library's quantised tensor (a
     weight split over processes by FSDP, a DTensor, holds floats)."""
-    weight = module.weight
-    return isinstance(module, Int8Projection) or (type(weight) not in (nn.Parameter, torch.Tensor) and not is_sharded(weight))
+    if isinstance(module, Int8Projection):
+        return True
+    return type(module.weight) not in (nn.Parameter, torch.Tensor) and not is_sharded(module.weight)
 
 
 def is_sharded(tensor: torch.Tensor) -> bool:
