@@ -657,7 +657,14 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
         others = {task: entry for task, entry in (getattr(self.config, "custom_pipelines", None) or {}).items()
                   if not task.startswith("translation")}  # ours are rewritten: language_pairs may have changed
         self.config.custom_pipelines = {**others, **translation_pipeline_entries(self.config.language_pairs)}
-        super().save_pretrained(save_directory, *args, **kwargs)
+        # FSDP2 (`fully_shard`) gives a sharded model a subclass defined in torch: the code saved beside the weights
+        # and config.json's auto_map must name this family's class, not torch's files.
+        sharded_class = type(self)
+        self.__class__ = next(cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch."))
+        try:
+            super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            self.__class__ = sharded_class
 
 
 class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
@@ -696,6 +703,9 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
             config, token_embedding=self.shared, shared_modules=shared_modules, layer_class=decoder_layer_class,
             depth_connection_class=self.depth_connection_class, cross_attention_source=cross_attention_source,
         )
+        # The layer classes this config builds, not every class a member may build: accelerate's FSDP wraps each
+        # class named here and refuses one the model lacks.
+        self._no_split_modules = sorted({encoder_layer_class.__name__, decoder_layer_class.__name__})
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -765,6 +775,7 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         super().__init__(config)
         self.model = self.base_model_class(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self._no_split_modules = self.model._no_split_modules
         self.post_init()
         # The papers decode with beam 4; translations need more than generate()'s default 20 tokens.
         self.generation_config.num_beams = 4

@@ -99,6 +99,7 @@ from .files import (
     set_threads,
     verify_checksums,
 )
+from .launch import check_launch, check_ranks_agree
 from .metrics import translation_compute_metrics
 from .multilingual import (
     TemperatureTokenBatchSampler,
@@ -108,6 +109,7 @@ from .multilingual import (
     split_by_direction,
     tokenize_directions,
 )
+from .sharding import ShardedLayersCallback
 
 logger = logging.getLogger(__name__)
 
@@ -202,6 +204,7 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         if self.output_dir is None:
             raise ValueError("Pass --output_dir: checkpoints and the final model are written there.")
         self._check_numbers()
+        check_launch(self)  # a launch that went wrong is refused here; several CPU processes imply --use_cpu
         if (self.bf16 or self.bf16_full_eval) and not torch.accelerator.is_available():
             features = cpu_features()
             if not features.native_bfloat16:
@@ -521,6 +524,7 @@ def _resolve_resume(training_args: TranslationTrainingArguments, sources: dict |
     which deletes the old run's checkpoints, unless `sources` (flag -> path) are inside them), and it must be
     writable.
     """
+    check_ranks_agree(training_args)  # before any process takes itself for the main one
     if training_args.should_save:
         claim_output_dir(training_args.output_dir)  # first: another run still writing there is refused at once
     requested = training_args.resume_from_checkpoint
@@ -588,7 +592,8 @@ def _check_sources_kept(old_checkpoints: list[Path], sources: dict) -> None:
 
 
 # What resuming reads besides the weights and trainer_state.json; the Trainer silently starts afresh without them.
-RESUME_STATE_FILES = ("optimizer.pt", "scheduler.pt")
+# Each entry: the file's name, then its names under FSDP (the optimizer state whole, or one folder of shards).
+RESUME_STATE_FILES = (("optimizer.pt", "optimizer.bin", "optimizer_0"), ("scheduler.pt",))
 
 
 def check_resumable(checkpoint: Path, output_dir: str) -> None:
@@ -606,7 +611,7 @@ def check_resumable(checkpoint: Path, output_dir: str) -> None:
         raise ValueError(f"{name} has no {CHECKSUMS_NAME}, so its files cannot be verified (the file was deleted, or "
                          f"the checkpoint was not completely written). If you trust them, record them with "
                          f"{RECORD_COMMAND} {checkpoint}, then resume again; otherwise resume an earlier checkpoint.")
-    missing = [file for file in RESUME_STATE_FILES if not (checkpoint / file).is_file()]
+    missing = [names[0] for names in RESUME_STATE_FILES if not any((checkpoint / name).exists() for name in names)]
     missing += [] if list(checkpoint.glob("rng_state*.pth")) else ["rng_state.pth"]
     missing += [] if (checkpoint / WEIGHTS_NAME).is_file() or (checkpoint / WEIGHTS_INDEX_NAME).is_file() \
         else [WEIGHTS_NAME]
@@ -792,7 +797,7 @@ def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_ar
         compute_metrics=translation_compute_metrics(tokenizer, target_lang=target_lang)
         if data_args.validation_bleu else None,
         callbacks=[WallClockCallback(), ReadableLogCallback(), CheckpointRecordCallback(arguments),
-                   TimeEstimateCallback(), *(callbacks or [])],
+                   TimeEstimateCallback(), ShardedLayersCallback(), *(callbacks or [])],
         max_tokens=data_args.max_tokens, sampling_temperature=data_args.sampling_temperature,
     )
     # One line per log event: ReadableLogCallback's, not also the Trainer's printed dict.
