@@ -47,6 +47,7 @@ from .data import (
     hub_corpus_location,
     local_corpus_files,
 )
+from .files import atomic_write_json
 from .multilingual import tag_source, temperature_probabilities
 
 logger = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ def count_pairs(files: Sequence[Path]) -> int:
     if counts[0] == 0:
         raise ValueError(f"{files[0]} holds no sentence pairs.")
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps({"pairs": counts[0], "files": json.loads(identity)}))
+    atomic_write_json(cache, {"pairs": counts[0], "files": json.loads(identity)})  # never read back half-written
     return counts[0]
 
 

@@ -183,6 +183,8 @@ class DataArguments:
         for name in ("target_tokens_per_update", "max_train_pairs", "max_validation_pairs", "preprocessing_num_workers"):
             check_positive_int(getattr(self, name), f"--{name}", allow_none=True)
         check_positive_int(self.stream_buffer_pairs, "--stream_buffer_pairs")
+        if not self.streaming and self.stream_buffer_pairs != DataArguments.stream_buffer_pairs:
+            raise ValueError("--stream_buffer_pairs sizes the windows of a stream: add --streaming, or drop it.")
         if self.streaming and self.max_train_pairs:
             raise ValueError("--max_train_pairs takes the first pairs of a corpus loaded whole; a stream has no such "
                              "prefix: drop --streaming, or --max_train_pairs.")

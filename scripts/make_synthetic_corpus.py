@@ -18,7 +18,7 @@ import json
 import logging
 import time
 
-from nmt_toolkit.arguments import positive_int
+from nmt_toolkit.arguments import finite_float, non_negative_int, positive_int
 from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.files import atomic_write_json, prepare_output_dir, releasing_output_dirs
 from nmt_toolkit.synthetic_corpus import (
@@ -36,17 +36,20 @@ def main(argv=None):
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--overwrite_output_dir", action="store_true", help="Replace what --output_dir holds.")
     parser.add_argument("--train_pairs", type=positive_int, default=4_500_000, help="Training pairs in all.")
-    parser.add_argument("--validation_pairs", type=int, default=None,
+    parser.add_argument("--validation_pairs", type=non_negative_int, default=None,
                         help="Validation pairs (a 'val' split; per language pair with --opus100_shaped). "
                              "Default: 3000, or none with --opus100_shaped.")
-    parser.add_argument("--source_lang", default="en")
-    parser.add_argument("--target_lang", default="de")
+    parser.add_argument("--source_lang", default=None, help="Default: en (not with --opus100_shaped).")
+    parser.add_argument("--target_lang", default=None, help="Default: de (not with --opus100_shaped).")
     parser.add_argument("--lengths_from", help="A folder of aligned {split}.{lang}[.gz] files (Multi30k) whose pairs' "
                                                "word counts are drawn; its sentences are not copied.")
-    parser.add_argument("--length_scale", type=float, default=1.0, help="Median factor on the drawn lengths.")
-    parser.add_argument("--length_spread", type=float, default=0.0, help="Log-normal shape of the per-pair factor.")
-    parser.add_argument("--formats", nargs="+", default=["text"], choices=["text", "jsonl"],
-                        help="text: {split}.{lang}.gz; jsonl: {split}.jsonl.gz (one direction only).")
+    parser.add_argument("--length_scale", type=finite_float, default=None,
+                        help="Median factor on the drawn lengths (default 1; not with --opus100_shaped).")
+    parser.add_argument("--length_spread", type=finite_float, default=None,
+                        help="Log-normal shape of the per-pair factor (default 0; not with --opus100_shaped).")
+    parser.add_argument("--formats", nargs="+", default=None, choices=["text", "jsonl"],
+                        help="text: {split}.{lang}.gz (default); jsonl: {split}.jsonl.gz. One direction only: "
+                             "--opus100_shaped always writes JSON lines.")
     parser.add_argument("--vocabulary_size", type=positive_int, default=None,
                         help="Words per language (default 50000; 20000 with --opus100_shaped).")
     parser.add_argument("--seed", type=int, default=0)
@@ -54,6 +57,7 @@ def main(argv=None):
     parser.add_argument("--languages", nargs="+", default=None,
                         help="With --opus100_shaped: only these languages (default: OPUS-100's 99).")
     args = parser.parse_args(argv)
+    check_arguments(parser, args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     output = prepare_output_dir(args.output_dir, args.overwrite_output_dir)
     start = time.perf_counter()
@@ -65,19 +69,46 @@ def main(argv=None):
             languages=tuple(args.languages or OPUS100_LANGUAGES))
         record = {"shape": "opus100", "train_pairs": sizes}
     else:
-        languages = (args.source_lang, args.target_lang)
+        languages = (args.source_lang or "en", args.target_lang or "de")
         lengths = read_length_pairs(args.lengths_from, languages) if args.lengths_from else realistic_length_pairs(
             seed=args.seed)
         validation = 3000 if args.validation_pairs is None else args.validation_pairs
         splits = {"train": args.train_pairs, **({"val": validation} if validation else {})}
-        write_parallel_corpus(output, languages, splits, lengths, formats=args.formats, seed=args.seed,
-                              vocabulary_size=args.vocabulary_size or 50_000, length_scale=args.length_scale,
-                              length_spread=args.length_spread)
+        write_parallel_corpus(output, languages, splits, lengths, formats=args.formats or ["text"], seed=args.seed,
+                              vocabulary_size=args.vocabulary_size or 50_000,
+                              length_scale=1.0 if args.length_scale is None else args.length_scale,
+                              length_spread=args.length_spread or 0.0)
         record = {"shape": "one direction", "languages": list(languages), "splits": splits}
     record.update({"arguments": vars(args), "seconds": round(time.perf_counter() - start, 1)})
     atomic_write_json(output / "corpus.json", record)
     logging.info("Wrote %s in %.0f s.", json.dumps({k: v for k, v in record.items() if k != "arguments"})[:200],
                  record["seconds"])
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse flags the chosen shape would ignore, and values it cannot use, before anything is written."""
+    if args.opus100_shaped:
+        ignored = [flag for flag, value in (("--source_lang", args.source_lang), ("--target_lang", args.target_lang),
+                                            ("--length_scale", args.length_scale),
+                                            ("--length_spread", args.length_spread), ("--formats", args.formats))
+                   if value is not None]
+        if ignored:
+            parser.error(f"{', '.join(ignored)} shape a one-direction corpus; --opus100_shaped pairs English with "
+                         "--languages and writes JSON lines: drop them, or drop --opus100_shaped.")
+        languages = args.languages or []
+        repeated = sorted({language for language in languages if languages.count(language) > 1})
+        if "en" in languages or repeated:
+            parser.error(f"--languages names the languages paired with English, each once; got "
+                         f"{'en' if 'en' in languages else 'repeats of ' + ', '.join(repeated)}.")
+        return
+    if args.languages:
+        parser.error("--languages is for --opus100_shaped; one direction takes --source_lang and --target_lang.")
+    if (args.source_lang or "en") == (args.target_lang or "de"):
+        parser.error(f"--source_lang and --target_lang are both {args.source_lang or 'en'!r}: name two languages.")
+    if args.length_scale is not None and args.length_scale <= 0:
+        parser.error(f"--length_scale must be positive (a factor on the drawn lengths), got {args.length_scale}.")
+    if args.length_spread is not None and args.length_spread < 0:
+        parser.error(f"--length_spread must be 0 or more (0: every pair scaled alike), got {args.length_spread}.")
 
 
 if __name__ == "__main__":

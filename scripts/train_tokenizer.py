@@ -80,6 +80,8 @@ def main(argv=None):
             drawn = sorted(random.Random(args.seed).sample(range(len(corpus)), args.sample_pairs))  # in file order
             logging.info("BPE sample: %d of %d pairs.", len(drawn), len(corpus))
             corpus = corpus.select(drawn)
+        elif args.sample_pairs:
+            logging.info("BPE on all %d pairs: --sample_pairs %d is not fewer.", len(corpus), args.sample_pairs)
         tags = list(dict.fromkeys(args.language_tags))  # unique, in order
         tokenizer = train_corpus_tokenizer([corpus], languages, language_tags=tags, **settings)
     save_pretrained_atomically(tokenizer, args.output_dir)

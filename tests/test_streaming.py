@@ -23,7 +23,13 @@ from nmt_toolkit.multilingual import (
 )
 from nmt_toolkit.streaming import STATE_FILE, StreamDirection, StreamingTokenBatches, pair_stream, stream_directions
 from nmt_toolkit.synthetic_corpus import write_opus100_shaped_corpus
-from nmt_toolkit.training import DataArguments, ModelArguments, TranslationTrainingArguments, train_translation
+from nmt_toolkit.training import (
+    DataArguments,
+    ModelArguments,
+    TranslationTrainingArguments,
+    train_translation,
+    training_stream,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 LANGUAGES = ("de", "fr", "ru")
@@ -232,6 +238,19 @@ def test_streaming_training_resumes_to_the_weights_of_an_uninterrupted_run(opus,
         run("killed", 9, resume_from_checkpoint="last")
     assert np.isfinite(json.loads((tmp_path / "straight" / "trainer_state.json").read_text())["log_history"][-1][
         "train_loss"])
+
+
+def test_settings_a_stream_cannot_honour_are_refused_before_reading(opus, tmp_path):
+    with pytest.raises(ValueError, match="a stream has no such prefix: drop --streaming, or --max_train_pairs"):
+        DataArguments(dataset=str(opus[0]), language_pairs="all", streaming=True, max_train_pairs=100)
+    with pytest.raises(ValueError, match="--stream_buffer_pairs sizes the windows of a stream: add --streaming"):
+        DataArguments(dataset=str(opus[0]), language_pairs="all", stream_buffer_pairs=500)
+    with pytest.raises(ValueError, match="--stream_buffer_pairs must be a positive integer, got 0"):
+        DataArguments(dataset=str(opus[0]), language_pairs="all", streaming=True, stream_buffer_pairs=0)
+    data_args = DataArguments(dataset=str(opus[0]), language_pairs="all", streaming=True)
+    training_args = TranslationTrainingArguments(output_dir=str(tmp_path), use_cpu=True, dataloader_num_workers=2)
+    with pytest.raises(ValueError, match="leave --dataloader_num_workers at 0"):
+        training_stream([(str(opus[0]), [("en", "de")])], opus[1], data_args, training_args, add_language_tag=True)
 
 
 def test_a_hub_corpus_streams_with_its_empty_pairs_dropped(monkeypatch):

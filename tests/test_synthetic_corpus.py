@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import MULTI30K, run_script
+from conftest import MULTI30K, run_as_main, run_script
 
 from nmt_toolkit.data import load_parallel_corpus
 from nmt_toolkit.multilingual import parse_sources
@@ -117,3 +117,38 @@ def test_script_writes_both_shapes(tmp_path):
     assert sorted(path.name for path in (tmp_path / "opus").iterdir()) == ["corpus.json", "de-en", "en-fr"]
     with pytest.raises(ValueError, match="is not empty"):
         run_script("make_synthetic_corpus", "--output_dir", tmp_path / "wmt", "--train_pairs", 5)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--opus100_shaped", "--length_scale", "2"], "--length_scale shape a one-direction corpus"),
+    (["--opus100_shaped", "--source_lang", "fr", "--formats", "jsonl"], "--source_lang, --formats shape a one-dir"),
+    (["--opus100_shaped", "--languages", "de", "en"], "each once; got en"),
+    (["--opus100_shaped", "--languages", "de", "fr", "de"], "each once; got repeats of de"),
+    (["--languages", "de", "fr"], "--languages is for --opus100_shaped"),
+    (["--source_lang", "de"], "--source_lang and --target_lang are both 'de'"),
+    (["--length_scale", "0"], "--length_scale must be positive"),
+    (["--length_spread", "-0.5"], "--length_spread must be 0 or more"),
+    (["--validation_pairs", "-1"], "--validation_pairs: must be zero or a positive integer"),
+])
+def test_script_refuses_flags_it_would_ignore_or_cannot_use_before_writing(tmp_path, argv, message):
+    code, stderr = run_as_main("make_synthetic_corpus", "--output_dir", tmp_path / "out", "--train_pairs", 10, *argv)
+    assert code == 2 and message in stderr, stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_tokenizer_learns_from_a_seeded_sample_of_pairs(tmp_path, multi30k_lengths, caplog):
+    write_parallel_corpus(tmp_path / "corpus", ("en", "de"), {"train": 300}, multi30k_lengths, vocabulary_size=400)
+    common = ["--dataset", tmp_path / "corpus", "--source_lang", "en", "--target_lang", "de", "--merges", 60]
+    with caplog.at_level("INFO"):
+        for name in ("a", "b"):
+            run_script("train_tokenizer", *common, "--sample_pairs", 100, "--output_dir", tmp_path / name)
+        run_script("train_tokenizer", *common, "--sample_pairs", 100, "--seed", 1, "--output_dir", tmp_path / "c")
+        run_script("train_tokenizer", *common, "--sample_pairs", 1000, "--output_dir", tmp_path / "all")
+    assert caplog.text.count("BPE sample: 100 of 300 pairs.") == 3
+    assert "BPE on all 300 pairs: --sample_pairs 1000 is not fewer." in caplog.text
+    vocabulary = {name: json.loads((tmp_path / name / "tokenizer.json").read_text())["model"]["vocab"]
+                  for name in ("a", "b", "c")}
+    assert vocabulary["a"] == vocabulary["b"] and vocabulary["a"] != vocabulary["c"]  # seeded: the same draw
+    code, stderr = run_as_main("train_tokenizer", "--dataset", tmp_path / "corpus", "--language_pairs", "en-de",
+                               "--sample_pairs", 100, "--output_dir", tmp_path / "multi")
+    assert code == 2 and "--sample_pairs is for one direction" in stderr
