@@ -28,9 +28,11 @@ import threading
 import time
 from pathlib import Path
 
+from nmt_toolkit.files import atomic_write_text
+
 HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parents[1]
-MULTI30K = Path("/work/shared/data/multi30k")
+MULTI30K = Path("/work/shared/data/multi30k")  # this machine's copy; elsewhere --lengths_from
 SMALL_MODEL = ("d_model=128,ffn_dim=512,encoder_attention_heads=4,decoder_attention_heads=4,encoder_layers=3,"
                "decoder_layers=3")
 
@@ -306,8 +308,8 @@ def probe_stream(argv: list[str]) -> None:
         if args.save_at is not None and number > args.save_at and len(following) < 5:
             following.append(batch_hash(batch))
             if len(following) == 5:
-                Path(args.state).write_text(json.dumps({"state": state, "next_batches": following,
-                                                        "saved_after_batch": number - 5}))
+                atomic_write_text(args.state, json.dumps({"state": state, "next_batches": following,
+                                                          "saved_after_batch": number - 5}))
         pairs += len(batch)
         if number % 100 == 0:
             memory.append(round(current_rss() / 2**20))
@@ -341,7 +343,7 @@ def probe(name: str, *arguments) -> list[str]:
     return python(Path(__file__).relative_to(REPOSITORY), "probe", name, *arguments)
 
 
-def plan(data: Path, scale: float = 1.0) -> list[dict]:
+def plan(data: Path, scale: float = 1.0, lengths_from: Path = MULTI30K) -> list[dict]:
     """The steps, in order: name, command, the datasets cache it uses (and whether to empty it first). `scale`
     shrinks every count, to try the whole plan quickly."""
 
@@ -362,7 +364,7 @@ def plan(data: Path, scale: float = 1.0) -> list[dict]:
     steps = [
         {"name": "generate WMT14-sized corpus", "cache": cache_wmt, "command": python(
             "scripts/make_synthetic_corpus.py", "--output_dir", wmt, "--train_pairs", n(4_500_000), "--lengths_from",
-            MULTI30K, "--length_scale", 2, "--length_spread", 0.35, "--formats", "text", "--overwrite_output_dir")},
+            lengths_from, "--length_scale", 2, "--length_spread", 0.35, "--formats", "text", "--overwrite_output_dir")},
         {"name": "BPE, 1M-pair sample (cold cache: reads the corpus)", "cache": cache_wmt, "empty_cache": True,
          "command": probe("script", "train_tokenizer", "--dataset", wmt, "--source_lang", "en", "--target_lang", "de",
                           "--sample_pairs", n(1_000_000), "--output_dir", tokenizer, "--overwrite_output_dir")},
@@ -432,6 +434,10 @@ def render_report(results: dict) -> str:
                      f"{step['tree_peak_rss_mb']:,} MB | {step['tree_peak_anonymous_mb']:,} MB | "
                      f"{step['load_average_before'][0]:.1f} / {step['load_average_after'][0]:.1f} |")
     lines += ["", *_wmt_summary(steps), "", *_stream_summary(steps)]
+    missing = [step["name"] for step in plan(Path("DATA")) if step["name"] not in steps]
+    if missing:
+        lines += ["", "Not measured yet (run the command above again: it skips the steps already in results.json):",
+                  "", *(f"- {name}" for name in missing)]
     return "\n".join(lines) + "\n"
 
 
@@ -505,14 +511,16 @@ def main():
     parser.add_argument("--only", nargs="*", default=None, help="Run only the steps whose names contain these words.")
     parser.add_argument("--output", type=Path, default=HERE / "results.json")
     parser.add_argument("--scale", type=float, default=1.0, help="Shrink every count (a quick trial of the plan).")
+    parser.add_argument("--lengths_from", type=Path, default=MULTI30K,
+                        help="Multi30k's folder (train.en.gz, train.de.gz): the sentence lengths of the WMT14-sized corpus.")
     parser.add_argument("--report", action="store_true", help="Only write results.md from results.json.")
     args = parser.parse_args()
     if args.report:
-        args.output.with_suffix(".md").write_text(render_report(json.loads(args.output.read_text())))
+        atomic_write_text(args.output.with_suffix(".md"), render_report(json.loads(args.output.read_text())))
         return
     results = json.loads(args.output.read_text()) if args.output.is_file() else {"machine": machine(), "steps": {}}
     (args.data / "logs").mkdir(parents=True, exist_ok=True)
-    for step in plan(args.data, args.scale):
+    for step in plan(args.data, args.scale, args.lengths_from):
         if step["name"] in results["steps"] or (args.only and not any(word in step["name"] for word in args.only)):
             continue
         env = {**os.environ, "HF_DATASETS_CACHE": str(step["cache"]), "PYTHONPATH": str(REPOSITORY),
@@ -527,8 +535,8 @@ def main():
                          "load_average_before": load_before, "load_average_after": load_average(),
                          "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime(time.time() - measured["wall_s"]))})
         results["steps"][step["name"]] = measured
-        args.output.write_text(json.dumps(results, indent=1) + "\n")
-        args.output.with_suffix(".md").write_text(render_report(results))
+        atomic_write_text(args.output, json.dumps(results, indent=1) + "\n")  # a rerun reads it back: never half-written
+        atomic_write_text(args.output.with_suffix(".md"), render_report(results))
         print(f"    {json.dumps({k: v for k, v in measured.items() if k not in ('rss_timeline_mb', 'command')})[:600]}",
               flush=True)
         if measured["exit_code"]:
