@@ -459,7 +459,7 @@ def lean_beam_search(model, input_ids, logits_processor, stopping_criteria, gene
         model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
         del outputs
         torch.log_softmax(log_probs, dim=-1, out=log_probs)
-        log_probs = apply_processors(logits_processor, flat_running_sequences, log_probs, columns)
+        log_probs = apply_processors(logits_processor, flat_running_sequences, log_probs, columns).contiguous()
         if all_scores is not None:
             all_scores += (full_vocabulary_scores(log_probs, columns, model.config.vocab_size).clone(),)
         columns_per_beam = log_probs.shape[-1]
