@@ -348,7 +348,7 @@ def full_vocabulary_scores(scores: torch.Tensor, columns: OutputColumns | None, 
     return full
 
 
-def reorder_cache(model, cache: EncoderDecoderCache, beam_idx: torch.Tensor) -> None:
+def reorder_cache(cache: EncoderDecoderCache, beam_idx: torch.Tensor) -> None:
     """Make row i of the self-attention cache what row beam_idx[i] was (the cross-attention keys and values are the
     same for every beam of a sentence). Nothing is copied when no beam moved; a static cache is reordered in place,
     over the positions written so far."""
@@ -494,7 +494,7 @@ def lean_beam_search(model, input_ids, logits_processor, stopping_criteria, gene
             early_stopping=early_stopping,
         )
         beam_idx = model._flatten_beam_dim(running_beam_indices[..., cur_len - decoder_prompt_len])
-        reorder_cache(model, model_kwargs["cache"], beam_idx)
+        reorder_cache(model_kwargs["cache"], beam_idx)
 
         cur_len = cur_len + 1
         is_early_stop_heuristic_unsatisfied = model._check_early_stop_heuristic(

@@ -92,6 +92,16 @@ def test_the_loop_decodes_what_transformers_loop_decodes(case, num_beams, cache_
     assert lean_calls["greedy" if num_beams == 1 else "beam"] == 2
 
 
+@pytest.mark.parametrize("case", ["dwlstm", "residual-pre", "ta-post"])
+def test_bfloat16_weights_decode_the_same(case, lean_calls):
+    """bfloat16 logits: transformers' loop scores a float32 copy, this loop a float32 conversion, the same numbers."""
+    model = prepare_for_inference(eos_prone(tiny_model(case)), dtype="bfloat16", allow_slow=True)
+    for num_beams in (1, 3):
+        assert_same_output(*both_loops(model, num_beams=num_beams, max_new_tokens=6, return_dict_in_generate=True,
+                                       output_scores=True))
+    assert lean_calls == {"greedy": 1, "beam": 1}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_option_of_every_member_decodes_the_same(case, lean_calls):
     model = eos_prone(tiny_model(case))
