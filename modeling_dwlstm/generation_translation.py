@@ -17,8 +17,10 @@ same numbers, the same bookkeeping of hypotheses (its helpers are called). What 
     cache: keys and values copied every step           copied only when a beam moved; a static cache in place,
     (a static cache over its whole length)             over the positions filled so far
 
-With an int8 output projection the scores are its int32 sums rescaled into float32 once (`precision.Int8Projection`),
-and the log-softmax runs in place over them.
+With an int8 output projection the scores are its float32 output, which this loop owns as well (the int32 sums
+rescaled once on the `torch._int_mm` route, `precision.Int8Projection`; fbgemm's own float32 output on the other,
+`precision.FbgemmInt8Projection`), and the log-softmax runs in place over them. bfloat16 logits are converted to
+float32 once, as transformers' loop converts them.
 
 What this loop does not implement runs in transformers' loop, never ignored (`lean_refusal` says why, logged at
 info level): sampling, streamers, synchronised GPUs, assisted decoding, returning logits, attentions or hidden
@@ -41,6 +43,7 @@ beam search).
 import math
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import GenerationMixin
 from transformers.cache_utils import EncoderDecoderCache, StaticLayer
@@ -59,7 +62,7 @@ from transformers.generation.utils import (
     GenerateBeamEncoderDecoderOutput,
     GenerateEncoderDecoderOutput,
 )
-from transformers.utils import logging
+from transformers.utils import cached_file, logging
 
 from .precision import output_rows
 
@@ -107,8 +110,6 @@ class Shortlist:
 
     @classmethod
     def load(cls, path) -> "Shortlist":
-        from safetensors import safe_open
-
         with safe_open(str(path), framework="pt") as file:
             metadata = dict(file.metadata() or {})
         if metadata.get("format") != SHORTLIST_FORMAT:
@@ -126,8 +127,6 @@ class Shortlist:
 def load_shortlist(name_or_path, **hub_kwargs) -> Shortlist | None:
     """The shortlist saved with the model at `name_or_path` (a folder or a Hub repository), None if it has none.
     `hub_kwargs`: `from_pretrained`'s cache_dir, revision, token, subfolder, local_files_only, force_download."""
-    from transformers.utils import cached_file
-
     path = cached_file(str(name_or_path), SHORTLIST_FILE, _raise_exceptions_for_missing_entries=False,
                        _raise_exceptions_for_connection_errors=False, **hub_kwargs)
     return Shortlist.load(path) if path else None

@@ -56,6 +56,7 @@ from pathlib import Path
 
 from .checkpoints import load_saved_model, load_saved_tokenizer
 from .files import prepare_output_dir, releasing_output_dirs
+from .shortlist import write_vocabulary_map
 
 EXPORTABLE_MODEL_TYPE = "dwlstm-residual"
 INSTALL_CTRANSLATE2 = "pip install 'modeling-dwlstm[ctranslate2]' (or: pip install ctranslate2)"
@@ -75,7 +76,7 @@ def export_ctranslate2(model_dir: str, output_dir: str, quantization: str | None
     model = load_saved_model(model_dir, "--model")
     check_exportable(model)
     tokenizer = load_saved_tokenizer(model_dir, "--model")
-    prepare_output_dir(output_dir, overwrite)
+    prepare_output_dir(output_dir, overwrite, replaced_whole=True)
     return convert_loaded(model, tokenizer, output_dir, quantization, shortlist=getattr(model, "shortlist", None))
 
 
@@ -97,8 +98,6 @@ def convert_loaded(model, tokenizer, output_dir: str, quantization: str | None =
     with tempfile.TemporaryDirectory() as directory:
         vmap = None
         if shortlist is not None:
-            from .shortlist import write_vocabulary_map
-
             vmap = str(write_vocabulary_map(shortlist, vocabulary_tokens(tokenizer, model.config.vocab_size),
                                             Path(directory) / "vmap.txt"))
         return converter_class(load_spec).convert(str(output_dir), vmap=vmap, quantization=quantization, force=True)

@@ -24,9 +24,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig
 
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist
 
+from .checkpoints import load_saved_tokenizer
+from .data import load_parallel_corpus
 from .files import CHECKSUMS_NAME, write_checksums
 
 DEFAULT_TOP_K = 50
@@ -140,11 +143,6 @@ def build_shortlist_for_model(model_dir: str, data: str, source_lang: str, targe
     """Build the shortlist of `data`'s `split` for the saved model in `model_dir` (its tokenizer and vocabulary
     size) and write it as `shortlist.safetensors` into `output_dir` (default: `model_dir`, where `from_pretrained`
     finds it); a folder with a checksum manifest gets it recorded. Returns the file's path."""
-    from transformers import AutoConfig
-
-    from .checkpoints import load_saved_tokenizer
-    from .data import load_parallel_corpus
-
     tokenizer = load_saved_tokenizer(model_dir, "--model")
     vocab_size = AutoConfig.from_pretrained(model_dir).vocab_size
     pairs = load_parallel_corpus(data, source_lang, target_lang, split, max_pairs=max_pairs)["translation"]
@@ -163,8 +161,6 @@ def build_shortlist_for_model(model_dir: str, data: str, source_lang: str, targe
 def corpus_coverage(shortlist: Shortlist, tokenizer, data: str, source_lang: str, target_lang: str, split: str,
                     batch_sizes: Sequence[int] = (1, 32), max_pairs: int | None = None) -> dict:
     """`coverage` of `data`'s `split` for each batch size: {batch size: coverage}."""
-    from .data import load_parallel_corpus
-
     pairs = load_parallel_corpus(data, source_lang, target_lang, split, max_pairs=max_pairs)["translation"]
     source_ids = tokenizer([pair[source_lang] for pair in pairs])["input_ids"]
     target_ids = tokenizer([pair[target_lang] for pair in pairs])["input_ids"]

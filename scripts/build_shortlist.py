@@ -12,9 +12,17 @@ It writes shortlist.safetensors into the model folder (or --output_dir), where `
 
 import argparse
 
+from modeling_dwlstm.generation_translation import Shortlist
 from nmt_toolkit.arguments import positive_int
+from nmt_toolkit.checkpoints import load_saved_tokenizer
 from nmt_toolkit.cli import exit_on_error
-from nmt_toolkit.shortlist import DEFAULT_FREQUENT, DEFAULT_MIN_COUNT, DEFAULT_TOP_K, build_shortlist_for_model
+from nmt_toolkit.shortlist import (
+    DEFAULT_FREQUENT,
+    DEFAULT_MIN_COUNT,
+    DEFAULT_TOP_K,
+    build_shortlist_for_model,
+    corpus_coverage,
+)
 
 
 def main(argv=None):
@@ -43,10 +51,6 @@ def main(argv=None):
                                      min_count=args.min_count)
     print(f"Wrote {path}")
     if args.validation_split:
-        from modeling_dwlstm.generation_translation import Shortlist
-        from nmt_toolkit.checkpoints import load_saved_tokenizer
-        from nmt_toolkit.shortlist import corpus_coverage
-
         tokenizer = load_saved_tokenizer(args.model, "--model")
         for size, kept in corpus_coverage(Shortlist.load(path), tokenizer, args.data, args.source_lang,
                                           args.target_lang, args.validation_split).items():

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 from conftest import CASES, WITHOUT_PACKAGE, random_ids, tiny_model
-from transformers import LogitsProcessor, LogitsProcessorList, TextStreamer
+from transformers import AutoModelForSeq2SeqLM, LogitsProcessor, LogitsProcessorList, TextStreamer
 
 from modeling_dwlstm import generation_translation
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist, ShortlistLogitsMask
@@ -69,10 +69,12 @@ def assert_same_output(lean, stock):
 
 
 def int8_model(case: str, route: str | None):
-    model = eos_prone(tiny_model(case))
-    if route is None:
-        return model
-    return quantize_int8(model, route=route) if route == "int_mm" else prepare_for_inference(model, quantize="int8")
+    """The tiny model in float32 (`route` None), in bfloat16 ("bfloat16"), or int8 by the route named ("fbgemm",
+    "int_mm"), whatever this CPU's own route is."""
+    model = eos_prone(tiny_model(case)).eval()
+    if route == "bfloat16":
+        return prepare_for_inference(model, dtype="bfloat16", allow_slow=True)
+    return model if route is None else quantize_int8(model, route=route)
 
 
 # --- The same output as transformers' loop -------------------------------------------------------------------------
@@ -95,7 +97,7 @@ def test_the_loop_decodes_what_transformers_loop_decodes(case, num_beams, cache_
 @pytest.mark.parametrize("case", ["dwlstm", "residual-pre", "ta-post"])
 def test_bfloat16_weights_decode_the_same(case, lean_calls):
     """bfloat16 logits: transformers' loop scores a float32 copy, this loop a float32 conversion, the same numbers."""
-    model = prepare_for_inference(eos_prone(tiny_model(case)), dtype="bfloat16", allow_slow=True)
+    model = int8_model(case, "bfloat16")
     for num_beams in (1, 3):
         assert_same_output(*both_loops(model, num_beams=num_beams, max_new_tokens=6, return_dict_in_generate=True,
                                        output_scores=True))
@@ -233,7 +235,7 @@ def test_the_output_projection_restricted_to_rows_gives_those_columns(route):
 
 @pytest.mark.parametrize("case", MEMBER_CASES)
 @pytest.mark.parametrize("num_beams", [1, 3])
-@pytest.mark.parametrize("route", [None, "fbgemm"])
+@pytest.mark.parametrize("route", [None, "fbgemm", "int_mm", "bfloat16"])
 def test_decoding_restricts_every_step_to_the_union(case, num_beams, route, lean_calls):
     model = int8_model(case, route)
     model.shortlist = random_shortlist(model.config.vocab_size)
@@ -295,8 +297,6 @@ def test_the_shortlist_is_off_by_default_and_refused_when_missing():
 
 
 def test_saving_and_loading_carry_the_shortlist(tmp_path):
-    from transformers import AutoModelForSeq2SeqLM
-
     model = tiny_model("dwlstm")
     model.save_pretrained(tmp_path / "plain")
     assert not (tmp_path / "plain" / SHORTLIST_FILE).exists()

@@ -5,16 +5,20 @@ import gzip
 import json
 from pathlib import Path
 
+import ctranslate2
 import pytest
 import torch
 from conftest import run_script
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
-from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
+from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig, generation_translation
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit.checkpoints import weights_digest
 from nmt_toolkit.ctranslate2_export import ctranslate2_tokens, export_ctranslate2, generate_kwargs_like_ctranslate2
 from nmt_toolkit.files import CHECKSUMS_NAME, verify_checksums, write_checksums
+from nmt_toolkit.lab import benchmark
+from nmt_toolkit.lab.benchmark import build_model, generate_forced, random_batch, synthetic_shortlist
 from nmt_toolkit.quickstart_corpus import generate_pairs
 from nmt_toolkit.shortlist import (
     build_shortlist,
@@ -110,12 +114,14 @@ def test_the_script_writes_the_shortlist_into_the_model_folder_and_records_it(to
                 file.write("".join(pair[index] + "\n" for pair in pairs))
     saved_model(tokenizer, tmp_path / "model", shortlist=False)
     write_checksums(tmp_path / "model")
+    weights = weights_digest(tmp_path / "model")
     run_script("build_shortlist", "--model", tmp_path / "model", "--data", data, "--source_lang", "en",
                "--target_lang", "de", "--top_k", 5, "--frequent", 20, "--min_count", 1, "--validation_split", "val")
     printed = capsys.readouterr().out
     assert "val, batches of 1:" in printed and "val, batches of 32:" in printed
     assert json.loads((tmp_path / "model" / CHECKSUMS_NAME).read_text())["sha256"][SHORTLIST_FILE]
     assert verify_checksums(tmp_path / "model", required=True)
+    assert weights_digest(tmp_path / "model") == weights  # evaluation results of the model still name its weights
     model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "model")
     assert model.shortlist.table.shape == (model.config.vocab_size, 5)
     assert model.shortlist.metadata["corpus"].endswith("train en-de")
@@ -144,8 +150,6 @@ def test_the_pipeline_and_the_evaluation_decode_over_the_shortlist(tokenizer, tm
 
 @pytest.mark.parametrize("beam_size", [1, 2])
 def test_ctranslate2_with_the_vocabulary_map_decodes_what_the_shortlist_decodes(tokenizer, beam_size, tmp_path):
-    import ctranslate2
-
     model = saved_model(tokenizer, tmp_path / "model", ResidualTransformerConfig)
     export_ctranslate2(tmp_path / "model", tmp_path / "ct2")
     assert (tmp_path / "ct2" / "vmap.txt").is_file()
@@ -162,8 +166,6 @@ def test_ctranslate2_with_the_vocabulary_map_decodes_what_the_shortlist_decodes(
 
 
 def test_the_benchmark_decodes_with_the_same_shortlist_on_both_sides(monkeypatch):
-    from nmt_toolkit.lab import benchmark
-
     monkeypatch.setitem(benchmark.SIZES, "tiny", dict(d_model=16, encoder_layers=2, decoder_layers=2, heads=4, ffn_dim=24))
     monkeypatch.setattr(benchmark, "SHORTLIST_FREQUENT", 5)
     settings = benchmark.BenchmarkSettings(
@@ -184,9 +186,6 @@ def test_the_benchmark_decodes_with_the_same_shortlist_on_both_sides(monkeypatch
 
 
 def test_the_benchmarks_forced_length_with_a_shortlist_stays_in_the_loop(monkeypatch):
-    from modeling_dwlstm import generation_translation
-    from nmt_toolkit.lab.benchmark import build_model, generate_forced, random_batch, synthetic_shortlist
-
     calls = []
     monkeypatch.setattr(generation_translation, "logger", type("Log", (), {"info": staticmethod(calls.append)}))
     torch.manual_seed(0)
