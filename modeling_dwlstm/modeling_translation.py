@@ -22,6 +22,7 @@ are described in the repository's docs/members.md.
 """
 
 import math
+import os
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
@@ -41,6 +42,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import logging
 
 from .configuration_translation import TranslationTransformerConfig
+from .generation_translation import DECODING_OPTIONS, SHORTLIST_FILE, Shortlist, decode, load_shortlist
 from .loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
 from .precision import is_quantized, linear_modules
 
@@ -644,8 +646,9 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
         """Also name the translation pipeline (transformers 5 dropped the task) in `config.json`'s
         `custom_pipelines`, so that `pipeline("translation", model=save_directory, trust_remote_code=True)` works
         anywhere: its file, pipeline_translation.py, is written with the model's code, whether this model came from
-        the package or from remote code. An int8-prepared model is refused before anything is written: its int8
-        weights would load back as floats, silently wrong."""
+        the package or from remote code. A vocabulary shortlist (`shortlist`) is written beside the weights
+        (`shortlist.safetensors`), first, so that a push to the Hub carries it. An int8-prepared model is refused
+        before anything is written: its int8 weights would load back as floats, silently wrong."""
         # Imported here so that loading a model does not import transformers.pipelines (seconds). transformers reads
         # relative imports from the source text, this one included, so the file still travels with the model code:
         # into the remote-code cache when the model is loaded, and beside the weights whenever it is saved.
@@ -657,6 +660,9 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
         others = {task: entry for task, entry in (getattr(self.config, "custom_pipelines", None) or {}).items()
                   if not task.startswith("translation")}  # ours are rewritten: language_pairs may have changed
         self.config.custom_pipelines = {**others, **translation_pipeline_entries(self.config.language_pairs)}
+        if getattr(self, "shortlist", None) is not None and kwargs.get("is_main_process", True):
+            os.makedirs(save_directory, exist_ok=True)
+            self.shortlist.save(os.path.join(save_directory, SHORTLIST_FILE))
         # FSDP2 (`fully_shard`) gives a sharded model a subclass defined in torch: the code saved beside the weights
         # and config.json's auto_map must name this family's class, not torch's files.
         sharded_class = type(self)
@@ -763,6 +769,10 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
     """The translation model: `base_model_class` plus the output projection (tied to the embeddings) and the
     label-smoothed cross-entropy of the papers (smoothing `config.label_smoothing`, padding ignored).
 
+    `generate()` decodes greedy and beam search with `generation_translation`'s loop (transformers' own with
+    `lean_decoding=False`, and wherever an option needs it), optionally restricted to the model's vocabulary
+    shortlist (`shortlist`, a `generation_translation.Shortlist` saved beside the weights; `use_shortlist=True`).
+
     A training step (train mode, labels, gradients on) computes the loss fused with the output projection
     (`loss.py`): the (batch, length, vocabulary) logits are never materialised and the output's `logits` is
     None. Evaluation, `generate()` and `torch.no_grad()` calls return the logits as usual."""
@@ -780,6 +790,7 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         # The papers decode with beam 4; translations need more than generate()'s default 20 tokens.
         self.generation_config.num_beams = 4
         self.generation_config.max_length = min(256, config.max_position_embeddings)
+        self.shortlist: Shortlist | None = None  # the vocabulary shortlist, read and written with the weights
 
     def get_encoder(self):
         return self.model.encoder
@@ -862,6 +873,9 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
                     "source has the empty translation: leave it out (the translation pipeline and "
                     "evaluate_translation.py do so and return '')."
                 )
+        for name, default in DECODING_OPTIONS.items():  # so that generate(..., use_shortlist=True) is a generation option
+            if not hasattr(self.generation_config, name):
+                setattr(self.generation_config, name, default)
         return super().generate(inputs, **kwargs)
 
     def mask_from_padding(self, input_ids: torch.Tensor) -> torch.Tensor | None:
@@ -872,6 +886,30 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         if pad is None or pad == eos or not bool((input_ids == pad).any()):
             return None
         return input_ids.ne(pad).long()
+
+    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                streamer=None, inputs_tensor=None, **model_kwargs):
+        """Greedy search (and, in transformers' loop, sampling): `generation_translation.decode`. `inputs_tensor`,
+        the source token ids, is what `generate()` passes to a decoding method that names it (for the shortlist)."""
+        return decode(self, True, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
+                      streamer, inputs_tensor, **model_kwargs)
+
+    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                     inputs_tensor=None, **model_kwargs):
+        """Beam search: `generation_translation.decode`."""
+        return decode(self, False, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
+                      None, inputs_tensor, **model_kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, plus the vocabulary shortlist saved beside the weights, if any."""
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        if pretrained_model_name_or_path is not None:
+            hub_kwargs = {name: kwargs[name] for name in ("cache_dir", "force_download", "local_files_only", "token",
+                                                          "revision", "subfolder", "proxies") if name in kwargs}
+            model.shortlist = load_shortlist(pretrained_model_name_or_path, **hub_kwargs)
+        return loaded
 
 
 __all__ = [

@@ -164,7 +164,8 @@ class Int8Projection:
         rows = input.reshape(-1, self.in_features)  # (N, in)
         scale = rows.abs().amax(dim=1, keepdim=True).float().clamp_(min=SMALLEST_SCALE) / self.activation_range  # (N, 1)
         quantized = (rows / scale).round_().to(torch.int8)  # (N, in)
-        output = torch._int_mm(quantized, self.weight.t()).float().mul_(self.weight_scale).mul_(scale)  # (N, out)
+        # The int32 product is rescaled into a float32 tensor in one pass (int32 * float32 promotes to float32).
+        output = torch.mul(torch._int_mm(quantized, self.weight.t()), self.weight_scale).mul_(scale)  # (N, out)
         if self.bias is not None:
             output += self.bias
         return output.to(input.dtype).unflatten(0, input.shape[:-1])
@@ -233,6 +234,32 @@ def _fbgemm_pack(quantized: torch.Tensor, scale: torch.Tensor):
         return torch.ops.quantized.linear_prepack(weight, None)
 
 
+def output_rows(linear: nn.Linear, rows: torch.Tensor) -> nn.Linear:
+    """`linear` restricted to the output rows `rows` (a LongTensor of row indices): a new module of the same kind
+    (float, or int8 by either route) whose output is `linear(x)[..., rows]`. The output projection restricted to a
+    vocabulary shortlist. An int8 module keeps its arithmetic: the int32 sums of the selected rows are exact, so its
+    outputs equal the full projection's columns; a float one multiplies in another order (equal to rounding).
+    Anything else (a LoRA wrapper, another library's quantised weight) is refused with a ValueError."""
+    kind = type(linear)
+    if kind is not nn.Linear and kind not in {int8_class(nn.Linear, route) for route in INT8_ROUTES}:
+        raise ValueError(f"Only an nn.Linear (float or int8 from quantize_int8) can be restricted to output rows, "
+                         f"not {kind.__name__}.")
+    rows = rows.to(linear.weight.device)
+    restricted = kind.__new__(kind)
+    nn.Module.__init__(restricted)
+    restricted.in_features, restricted.out_features = linear.in_features, len(rows)
+    restricted.weight = nn.Parameter(linear.weight.detach()[rows], requires_grad=False)  # (rows, in)
+    bias = None if linear.bias is None else nn.Parameter(linear.bias.detach()[rows], requires_grad=False)
+    restricted.register_parameter("bias", bias)
+    if isinstance(linear, Int8Projection):
+        restricted.register_buffer("weight_scale", linear.weight_scale[rows], persistent=False)
+        restricted.activation_range = linear.activation_range
+    if isinstance(linear, FbgemmInt8Projection):
+        restricted.packed_weight = _fbgemm_pack(restricted.weight, restricted.weight_scale)
+        restricted.range_rows = linear.range_rows
+    return restricted.eval()
+
+
 def cpu_has_vnni() -> bool:
     """Whether this CPU has int8 dot-product instructions that the kernels use (`cpu_features`)."""
     return cpu_features().int8_dot_products
@@ -262,4 +289,4 @@ def is_sharded(tensor: torch.Tensor) -> bool:
 
 __all__ = ["DTYPES", "INT8_ROUTES", "QUANTIZATIONS", "CpuFeatures", "FbgemmInt8Projection", "Int8Projection",
            "check_precision", "cpu_features", "cpu_has_vnni", "int8_route", "prepare_for_inference", "quantize_int8",
-           "linear_modules", "is_quantized", "torch_dtype"]
+           "linear_modules", "is_quantized", "output_rows", "torch_dtype"]

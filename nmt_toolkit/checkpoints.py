@@ -30,6 +30,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+from modeling_dwlstm.generation_translation import SHORTLIST_FILE
+
 from .files import (
     CHECKSUMS_NAME,
     RECORD_COMMAND,
@@ -194,8 +196,9 @@ def weights_digest(folder: str | Path) -> str | None:
 
 
 def _weights_digest(checkpoint: Path) -> str | None:
-    """SHA-256 of the weight files (taken from the verified manifest when there is one); None without any."""
-    names = sorted(path.name for path in checkpoint.glob("*.safetensors"))
+    """SHA-256 of the weight files (taken from the verified manifest when there is one); None without any. The
+    vocabulary shortlist (`shortlist.safetensors`) is no weight: building one leaves the digest as it was."""
+    names = sorted(path.name for path in checkpoint.glob("*.safetensors") if path.name != SHORTLIST_FILE)
     if not names:
         return None
     manifest = checkpoint / CHECKSUMS_NAME

@@ -30,6 +30,11 @@ the layers, which that spec cannot express: they are refused, and their fast pat
 The export is float32 unless `quantization` says otherwise; CTranslate2 also converts at load time
 (`compute_type="int8"`), so one float32 export serves every precision.
 
+A model saved with a vocabulary shortlist (`scripts/build_shortlist.py`) is exported with the same table as
+CTranslate2's vocabulary map (`vmap.txt`, `nmt_toolkit.shortlist.vocabulary_map_lines`): `translate_batch(...,
+use_vmap=True)` then restricts each batch's output vocabulary to the union `generate(..., use_shortlist=True)`
+decodes over (CTranslate2 always adds `<unk>`, `<s>`, `</s>` and padding, which the table holds too).
+
 Beam search: which setting decodes as `generate()` does. Both engines rank a finished hypothesis by its summed
 token log-probabilities divided by length ** length_penalty, the length counting the final </s> (CTranslate2's
 `scores` equal transformers' `sequences_scores`). They differ in when a sentence's search stops. CTranslate2,
@@ -45,11 +50,13 @@ finished). So a model evaluated with `early_stopping=True` (`model.generation_co
 with `length_penalty=0` scores the same with CTranslate2 as its evaluation said.
 """
 
+import tempfile
 from functools import partial
 from pathlib import Path
 
 from .checkpoints import load_saved_model, load_saved_tokenizer
 from .files import prepare_output_dir, releasing_output_dirs
+from .shortlist import write_vocabulary_map
 
 EXPORTABLE_MODEL_TYPE = "dwlstm-residual"
 INSTALL_CTRANSLATE2 = "pip install 'modeling-dwlstm[ctranslate2]' (or: pip install ctranslate2)"
@@ -70,14 +77,15 @@ def export_ctranslate2(model_dir: str, output_dir: str, quantization: str | None
     check_exportable(model)
     tokenizer = load_saved_tokenizer(model_dir, "--model")
     prepare_output_dir(output_dir, overwrite, replaced_whole=True)
-    return convert_loaded(model, tokenizer, output_dir, quantization)
+    return convert_loaded(model, tokenizer, output_dir, quantization, shortlist=getattr(model, "shortlist", None))
 
 
-def convert_loaded(model, tokenizer, output_dir: str, quantization: str | None = None) -> str:
+def convert_loaded(model, tokenizer, output_dir: str, quantization: str | None = None, shortlist=None) -> str:
     """Convert an already loaded model into a CTranslate2 model in `output_dir` (replaced if present): a
     residual member of this family through `transformer_spec`, a transformers `MarianMTModel` through
     CTranslate2's own Marian loader (what `ctranslate2.converters.TransformersConverter` runs for it).
-    The benchmark's route: its models have random weights and are never saved."""
+    The benchmark's route: its models have random weights and are never saved. `shortlist` (a
+    `generation_translation.Shortlist` over the tokenizer's ids) becomes the export's vocabulary map."""
     converter_class = _converter_class()
     check_quantization(quantization)
     if getattr(model.config, "model_type", None) == "marian":
@@ -87,7 +95,18 @@ def convert_loaded(model, tokenizer, output_dir: str, quantization: str | None =
     else:
         check_exportable(model)
         load_spec = partial(transformer_spec, model, tokenizer)
-    return converter_class(load_spec).convert(str(output_dir), quantization=quantization, force=True)
+    with tempfile.TemporaryDirectory() as directory:
+        vmap = None
+        if shortlist is not None:
+            vmap = str(write_vocabulary_map(shortlist, vocabulary_tokens(tokenizer, model.config.vocab_size),
+                                            Path(directory) / "vmap.txt"))
+        return converter_class(load_spec).convert(str(output_dir), vmap=vmap, quantization=quantization, force=True)
+
+
+def vocabulary_tokens(tokenizer, vocab_size: int) -> list[str]:
+    """Token i's string for every id of the model, as the export registers them (`<unusedI>` past the tokenizer)."""
+    tokens = tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
+    return [token if token is not None else f"<unused{i}>" for i, token in enumerate(tokens)]
 
 
 def check_exportable(model) -> None:
@@ -128,8 +147,7 @@ def transformer_spec(model, tokenizer):
     for stack_spec, stack in ((spec.encoder, model.model.encoder), (spec.decoder, model.model.decoder)):
         _set_stack(stack_spec, stack)
     spec.decoder.projection.weight = model.lm_head.weight
-    tokens = tokenizer.convert_ids_to_tokens(list(range(config.vocab_size)))
-    tokens = [token if token is not None else f"<unused{i}>" for i, token in enumerate(tokens)]  # rows past the tokenizer
+    tokens = vocabulary_tokens(tokenizer, config.vocab_size)
     spec.register_source_vocabulary(tokens)
     spec.register_target_vocabulary(tokens)
     spec.config.bos_token = tokenizer.bos_token
@@ -214,4 +232,4 @@ def ctranslate2_tokens(tokenizer, texts: list[str]) -> list[list[str]]:
 
 
 __all__ = ["export_ctranslate2", "convert_loaded", "check_exportable", "transformer_spec", "ctranslate2_tokens",
-           "generate_kwargs_like_ctranslate2"]
+           "generate_kwargs_like_ctranslate2", "vocabulary_tokens"]

@@ -268,6 +268,9 @@ class EvaluationArguments:
     quantize: str = field(default="none", metadata={"choices": list(QUANTIZATIONS), "help": (
         "int8: every projection, the output projection included, int8 weights and dynamic int8 activations "
         "(CPU only; see modeling_dwlstm.precision).")})
+    use_shortlist: bool = field(default=False, metadata={"help": (
+        "Decode each batch over the model's vocabulary shortlist (scripts/build_shortlist.py writes it beside the "
+        "weights; see modeling_dwlstm.generation_translation).")})
 
 
 @releasing_output_dirs
@@ -300,6 +303,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
         model, tokenizer, sources, num_beams=args.num_beams, length_penalty=args.length_penalty,
         max_tokens=args.max_tokens, language_tag=args.target_lang if args.add_language_tag else None,
         **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}),
+        **({"use_shortlist": True} if args.use_shortlist else {}),
     )
     results = {
         "model": args.model,
@@ -318,6 +322,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
         "device": str(model.device),
         "dtype": args.dtype,
         "quantize": args.quantize,
+        "use_shortlist": args.use_shortlist,
     }
     if baseline is not None:
         results["paired_bootstrap"] = {
@@ -407,6 +412,9 @@ def load_model_for_evaluation(args: EvaluationArguments):
     (`precision.prepare_for_inference`); the settings are checked before the model is loaded."""
     check_precision(args.dtype, args.quantize, torch.device(args.device).type)
     model = load_saved_model(args.model, "--model", trust_remote_code=args.trust_remote_code)
+    if args.use_shortlist and getattr(model, "shortlist", None) is None:
+        raise ValueError(f"--use_shortlist: {args.model} has no shortlist.safetensors; build it with "
+                         f"scripts/build_shortlist.py --model {args.model} --data ... (the training corpus).")
     return prepare_for_inference(model.to(args.device), dtype=args.dtype, quantize=args.quantize)
 
 
@@ -634,6 +642,7 @@ def evaluate_directions(args) -> dict:
     translations = translate_sentences(
         model, tokenizer, tagged, num_beams=args.num_beams, length_penalty=args.length_penalty,
         max_tokens=args.max_tokens, **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}),
+        **({"use_shortlist": True} if args.use_shortlist else {}),
     )
     directions, start = {}, 0
     for name in names:
@@ -658,7 +667,7 @@ def evaluate_directions(args) -> dict:
         "language_id": "py3langid, restricted to the evaluated languages" if identifier else None,
         "off_target_skipped": off_target_skipped,
         "seconds": round(translations.seconds, 3), "sentences_per_second": round(translations.sentences_per_second, 2),
-        "device": str(model.device), "dtype": args.dtype, "quantize": args.quantize,
+        "device": str(model.device), "dtype": args.dtype, "quantize": args.quantize, "use_shortlist": args.use_shortlist,
         "directions": directions, "averages": group_averages(directions, groups),
     }
     if baseline is not None:

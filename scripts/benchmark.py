@@ -32,6 +32,8 @@ def main(argv=None):
                         help="generation precisions (default float32; float32 is always measured)")
     parser.add_argument("--bf16_training", action="store_true", help="also time training under bf16 autocast (--bf16)")
     parser.add_argument("--ctranslate2", action="store_true", help="CTranslate2 rows: Marian and the residual pre-norm export")
+    parser.add_argument("--shortlist", action="store_true",
+                        help="also decode with a vocabulary shortlist: our members (use_shortlist) and CTranslate2 (use_vmap)")
     parser.add_argument("--depth_pair", action="store_true",
                         help="Xu et al. 2024, Table 6: 12+12 depth-wise LSTM vs 24+24 residual")
     parser.add_argument("--deployment", action="store_true",
@@ -40,7 +42,8 @@ def main(argv=None):
     parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
     args = parser.parse_args(argv)
     settings = BenchmarkSettings(threads=args.threads, compile=args.compile, measure_memory=not args.no_memory,
-                                 train_bf16=args.bf16_training, ctranslate2=args.ctranslate2, depth_pair=args.depth_pair)
+                                 train_bf16=args.bf16_training, ctranslate2=args.ctranslate2, depth_pair=args.depth_pair,
+                                 shortlist=args.shortlist)
     if args.quick:
         settings.sizes, settings.lengths, settings.repeats, settings.measure_memory = ("small",), (16, 64), 2, False
     if args.deployment:

@@ -21,7 +21,10 @@ everything runs under bf16 autocast; on a CPU in fp32 with `threads` threads, an
   loader, and the residual pre-norm member through our export, in float32 and int8 (the anchor row), run
   in a child process (`EngineProcess`) and interleaved with the rest;
 - Xu et al. 2024's efficiency claim (Table 6; `depth_pair`): the 12+12 depth-wise LSTM against the 24+24
-  residual pre-norm model at base size, decoding in each precision.
+  residual pre-norm model at base size, decoding in each precision;
+- a vocabulary shortlist on both sides (`shortlist`): our members with `use_shortlist=True` and CTranslate2 with
+  `use_vmap=True`, from one table (`synthetic_shortlist`: random, as the weights are, sized so that a batch's union
+  is about a tenth of the vocabulary, as real shortlists' are at this vocabulary size; speed only).
 
 `TARGETS` are the deployment run's speed targets, checked at the largest measured size.
 """
@@ -57,6 +60,7 @@ from modeling_dwlstm.configuration_translation import BOS_ID as BOS
 from modeling_dwlstm.configuration_translation import EOS_ID as EOS
 from modeling_dwlstm.configuration_translation import PAD_ID as PAD
 from modeling_dwlstm.configuration_translation import UNK_ID
+from modeling_dwlstm.generation_translation import Shortlist
 from modeling_dwlstm.modeling_translation import MultiHeadAttention
 from modeling_dwlstm.paper_configs import MEMBER_PRESETS, PAPER_VOCAB_SIZE
 from modeling_dwlstm.paper_configs import SIZES as PAPER_SIZES
@@ -93,7 +97,13 @@ TARGETS = [
     ("12+12 depth-wise LSTM vs 24+24 residual pre-norm, decoding", "depth_pair", dict(minimums={"beam4": 1.65})),
     ("residual pre-norm fp32 training step, share of the matmul peak", "matmul_share",
      dict(member="residual-prenorm", minimum=0.75)),
+    ("depth-wise LSTM with a shortlist vs CTranslate2 int8 Marian with the same table", "shortlist_vs_engine",
+     dict(member="dwlstm", minimums={"beam4": 1.0})),
 ]
+# The synthetic shortlist: random targets per source token plus the most frequent words (here: the first ids).
+SHORTLIST_TOP_K = 6
+SHORTLIST_FREQUENT = 100
+SHORTLIST = "shortlist"  # the suffix of the engine rows decoded with it
 
 
 @dataclass
@@ -116,6 +126,7 @@ class BenchmarkSettings:
     train_bf16: bool = False  # also time training under bfloat16 autocast, at headline_length
     ctranslate2: bool = False  # CTranslate2 rows (ENGINE_MEMBERS in ENGINE_PRECISIONS); skipped if not installed
     depth_pair: bool = False  # 12+12 depth-wise LSTM vs 24+24 residual pre-norm decoding, at base size
+    shortlist: bool = False  # also decode with a vocabulary shortlist: our members and CTranslate2 (`use_vmap`)
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
 
     def check(self):
@@ -176,6 +187,16 @@ def build_model(member: str, size: str, vocab_size: int = PAPER_VOCAB_SIZE, **ov
     return AutoModelForSeq2SeqLM.from_config(config)
 
 
+def synthetic_shortlist(vocab_size: int, top_k: int = SHORTLIST_TOP_K, frequent: int = SHORTLIST_FREQUENT,
+                        seed: int = 0) -> Shortlist:
+    """A shortlist for random-weight models: `top_k` random words per source token, the first `frequent` words and
+    the special tokens (ours and Marian's padding, the last id) always allowed."""
+    generator = torch.Generator().manual_seed(seed)
+    table = torch.randint(FIRST_WORD, vocab_size - 1, (vocab_size, top_k), generator=generator)
+    always = torch.tensor([BOS, EOS, PAD, UNK_ID, vocab_size - 1, *range(FIRST_WORD, FIRST_WORD + frequent)])
+    return Shortlist(table, always, {"score": "random (benchmark)", "top_k": top_k, "frequent": frequent})
+
+
 def random_batch(batch: int, source_length: int, target_length: int, vocab_size: int, seed: int = 0) -> dict:
     generator = torch.Generator().manual_seed(seed)
     return dict(
@@ -209,15 +230,16 @@ def random_words_tokenizer(vocab_size: int, pad_last: bool = False):
 
 def ctranslate2_models(models: dict, settings: "BenchmarkSettings", directory: str, log=print) -> dict:
     """{member: converted model directory} for the ENGINE_MEMBERS among `models`, each converted once in float32
-    into `directory` (every ENGINE_PRECISIONS compute type loads it). {} (with a message) when CTranslate2 is
-    not installed."""
+    into `directory` (every ENGINE_PRECISIONS compute type loads it), with `synthetic_shortlist` as its vocabulary
+    map when `settings.shortlist`. {} (with a message) when CTranslate2 is not installed."""
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
         log("CTranslate2 rows skipped: ctranslate2 is not installed (pip install 'modeling-dwlstm[ctranslate2]').")
         return {}
+    shortlist = synthetic_shortlist(settings.vocab_size) if settings.shortlist else None
     return {member: convert_loaded(models[member], random_words_tokenizer(settings.vocab_size, pad_last=member == MARIAN),
-                                   str(Path(directory) / member))
+                                   str(Path(directory) / member), shortlist=shortlist)
             for member in ENGINE_MEMBERS if member in models}
 
 
@@ -246,7 +268,7 @@ class EngineProcess:
         self.request(None)  # answered once the translators are loaded (or with the error that stopped them)
 
     def request(self, task: tuple | None):
-        """Run `task` = ((member, precision), num_beams, new_tokens) in the child (None: only answer)."""
+        """Run `task` = ((member, precision), num_beams, new_tokens[, use_vmap]) in the child (None: only answer)."""
         self.connection.send(task)
         error = self.connection.recv()
         if error:
@@ -263,17 +285,19 @@ def serve_translations(connection, paths: dict, threads: int, source_tokens: lis
         translators = ctranslate2_translators(paths, threads)
         while (task := connection.recv()) != "stop":
             if task is not None:
-                key, num_beams, new_tokens = task
-                translate_forced(translators[key], source_tokens, num_beams, new_tokens)
+                key, num_beams, new_tokens, *use_vmap = task
+                translate_forced(translators[key], source_tokens, num_beams, new_tokens, *use_vmap)
             connection.send(None)
     except Exception as error:  # reported to the parent, which raises it
         connection.send(f"{type(error).__name__}: {error}")
 
 
-def translate_forced(translator, source_tokens: list[list[str]], num_beams: int, new_tokens: int) -> list[list[str]]:
-    """CTranslate2's counterpart of `generate_forced`: exactly `new_tokens` target tokens per sentence."""
+def translate_forced(translator, source_tokens: list[list[str]], num_beams: int, new_tokens: int,
+                     use_vmap: bool = False) -> list[list[str]]:
+    """CTranslate2's counterpart of `generate_forced`: exactly `new_tokens` target tokens per sentence (`use_vmap`:
+    over the model's vocabulary map)."""
     results = translator.translate_batch(source_tokens, beam_size=num_beams, min_decoding_length=new_tokens,
-                                         max_decoding_length=new_tokens)
+                                         max_decoding_length=new_tokens, use_vmap=use_vmap)
     return [result.hypotheses[0] for result in results]
 
 
@@ -410,16 +434,22 @@ class ForbidEndOfSentence(LogitsProcessor):
         return scores
 
 
-def generate_forced(model: nn.Module, batch: dict, num_beams: int, new_tokens: int, device: str) -> torch.Tensor:
-    """generate() that emits exactly `new_tokens` tokens per sentence (EOS is forbidden, so it stops at the length)."""
+def generate_forced(model: nn.Module, batch: dict, num_beams: int, new_tokens: int, device: str,
+                    **options) -> torch.Tensor:
+    """generate() that emits exactly `new_tokens` tokens per sentence (EOS is forbidden, so it stops at the length);
+    `options` go to generate() (e.g. `lean_decoding=False`, `use_shortlist=True`). With a shortlist EOS is forbidden
+    by `suppress_tokens`, which the decoding loop writes in place into the shortlist's columns (a processor of its
+    own would send the shortlist to transformers' loop)."""
     model.eval()
+    eos = model.generation_config.eos_token_id
+    forbid = ({"suppress_tokens": [eos]} if options.get("use_shortlist")
+              else {"logits_processor": LogitsProcessorList([ForbidEndOfSentence(eos)])})
     # max_length counts the decoder start too; max_new_tokens beside the generation config's max_length would
     # log a warning at every call.
     with torch.inference_mode(), autocast(device):
         return model.generate(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams,
-            do_sample=False, max_length=1 + new_tokens,
-            logits_processor=LogitsProcessorList([ForbidEndOfSentence(model.generation_config.eos_token_id)]),
+            do_sample=False, max_length=1 + new_tokens, **forbid, **options,
         )
 
 
@@ -523,9 +553,27 @@ def generation_tasks(models: dict, source: dict, settings: BenchmarkSettings) ->
     return tasks
 
 
-def generation_rates(seconds: dict, members, precisions, settings: BenchmarkSettings) -> dict:
-    """{member: {precision: {"beam4": sentences/s, "greedy": sentences/s}}} from timed tasks."""
-    return {member: {precision: {task: settings.generation_batch / seconds[member, task, precision]
+def shortlist_tasks(models: dict, source: dict, settings: BenchmarkSettings) -> dict:
+    """{(member, "beam4" | "greedy", precision, SHORTLIST): task}: our members (not Marian) decoding over
+    `synthetic_shortlist`, in every precision of `settings`."""
+    tasks = {}
+    for member, model in models.items():
+        if member == MARIAN:
+            continue
+        model.shortlist = synthetic_shortlist(settings.vocab_size)
+        for precision in settings.precisions:
+            prepared = inference_copy(model, precision)
+            for task, beams in (("beam4", 4), ("greedy", 1)):
+                tasks[member, task, precision, SHORTLIST] = (
+                    lambda m=prepared, b=beams: generate_forced(m, source, b, settings.new_tokens, settings.device,
+                                                                use_shortlist=True))
+    return tasks
+
+
+def generation_rates(seconds: dict, members, precisions, settings: BenchmarkSettings, *suffix) -> dict:
+    """{member: {precision: {"beam4": sentences/s, "greedy": sentences/s}}} from timed tasks (keys end with
+    `suffix`)."""
+    return {member: {precision: {task: settings.generation_batch / seconds[(member, task, precision, *suffix)]
                                  for task in ("beam4", "greedy")} for precision in precisions} for member in members}
 
 
@@ -545,6 +593,8 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
         for length in settings.lengths
     }
     tasks = generation_tasks(models, source, settings)
+    if settings.shortlist:
+        tasks.update(shortlist_tasks(models, source, settings))
     for member in members:
         model, optimizer = models[member], optimizers[member]
         for length, batch in training_batches.items():
@@ -561,6 +611,9 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
                 for task, beams in (("beam4", 4), ("greedy", 1)):
                     tasks[f"{member} (CTranslate2)", task, precision] = (
                         lambda r=((member, precision), beams, settings.new_tokens): engine.request(r))
+                    if settings.shortlist:
+                        tasks[f"{member} (CTranslate2)", task, precision, SHORTLIST] = (
+                            lambda r=((member, precision), beams, settings.new_tokens, True): engine.request(r))
         log(f"[{size}] warm-up of {len(members)} models ...")
         for task in tasks.values():
             task()
@@ -579,6 +632,10 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
             "generation": rates[member],
             "train": {},
         }
+        if settings.shortlist and member != MARIAN:
+            row["generation_shortlist"] = generation_rates(seconds, [member], settings.precisions, settings,
+                                                           SHORTLIST)[member]
+            row["shortlist_union"] = len(models[member].shortlist.candidates(source["input_ids"].cpu()))
         for length, batch in training_batches.items():
             step = seconds[member, f"train{length}"]
             batch_size = batch["input_ids"].shape[0]
@@ -594,6 +651,9 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
         results[member] = row
     engines = generation_rates(seconds, sorted(f"{member} (CTranslate2)" for member in paths), ENGINE_PRECISIONS,
                                settings)
+    if settings.shortlist:
+        engines.update({f"{member} {SHORTLIST}": rates for member, rates in generation_rates(
+            seconds, sorted(f"{member} (CTranslate2)" for member in paths), ENGINE_PRECISIONS, settings, SHORTLIST).items()})
     del models, optimizers, tasks
     if settings.measure_memory:
         for member in members:
@@ -708,6 +768,18 @@ def check_targets(report: dict, settings: BenchmarkSettings) -> list[dict]:
                 add(f"{name} ({task}, fastest precision)", rate / fastest_path(shallow, task)[1], minimum,
                     f"each model's fastest precision ({path} for the depth-wise LSTM)")
                 add(f"{name} ({task}, float32)", deep["float32"][task] / shallow["float32"][task], None, "float32")
+        elif kind == "shortlist_vs_engine" and options["member"] in rows and "generation_shortlist" in rows[options["member"]]:
+            member, with_table = options["member"], engines.get(f"{MARIAN} (CTranslate2) {SHORTLIST}", {}).get("int8")
+            if not (anchor and with_table):
+                continue
+            for task, minimum in options["minimums"].items():
+                path, rate = fastest_path(rows[member]["generation_shortlist"], task)
+                add(f"{name} ({task})", rate / with_table[task], minimum,
+                    f"{member} {path} with the shortlist / Marian CTranslate2 int8 with use_vmap")
+                add(f"shortlist gain, {member} ({task})", rate / fastest_path(rows[member]["generation"], task)[1], None,
+                    f"{member} fastest path with / without the shortlist")
+                add(f"shortlist gain, CTranslate2 int8 Marian ({task})", with_table[task] / anchor[task], None,
+                    "use_vmap / without")
         elif kind == "matmul_share" and options["member"] in rows:
             train = rows[options["member"]]["train"][settings.headline_length]
             add(name, train["flops_per_s"] / report["machine"]["matmul_peak_flops_per_s"], options["minimum"],
@@ -747,6 +819,8 @@ def format_report(report: dict) -> str:
             cells += [f"{achieved / 1e9:.0f} ({achieved / peak:.0%})", f"{memory / 2**20:,.0f}" if memory else "-"]
             lines.append("| " + " | ".join(cells) + " |")
         generation = {member: row["generation"] for member, row in rows.items()}
+        generation.update({f"{member} {SHORTLIST} ({row['shortlist_union']} words)": row["generation_shortlist"]
+                           for member, row in rows.items() if "generation_shortlist" in row})
         generation.update(report.get("engines", {}).get(size, {}))
         if len(settings["precisions"]) > 1 or len(generation) > len(rows):
             lines += ["", f"Generation at {size}, sentences/s (and x Marian float32) by precision:", ""]
@@ -788,7 +862,7 @@ def write_report(report: dict, path: str | Path):
 __all__ = [
     "SIZES", "TARGETS", "PRECISIONS", "ENGINE_PRECISIONS", "DEPTH_PAIR", "BenchmarkSettings", "registered_members",
     "build_model", "inference_copy", "random_words_tokenizer", "ctranslate2_models", "ctranslate2_translators",
-    "EngineProcess", "training_flops",
+    "EngineProcess", "training_flops", "synthetic_shortlist", "shortlist_tasks",
     "decode_matmul_weights", "matmul_peak_flops", "training_step", "generate_forced", "translate_forced",
     "benchmark_depth_pair", "run_benchmark", "check_targets", "format_report", "write_report",
 ]

@@ -1,0 +1,527 @@
+"""Decoding for the translation models: greedy and beam search without needless passes over the scores, and a
+vocabulary shortlist.
+
+`TranslationTransformerForConditionalGeneration` runs `generate()`'s greedy search and beam search here (it overrides
+`_sample` and `_beam_search`, which `generate()` looks up on the model's class), and so does the translation
+pipeline, which calls `generate()`. The output is transformers' own loop's (`GenerationMixin._sample` and
+`_beam_search`), token for token and score for score: the same forward passes, the same operations on the
+same numbers, the same bookkeeping of hypotheses (its helpers are called). What changes is what happens to the
+(rows, vocabulary) scores at each step:
+
+    transformers' loop                                  this loop
+    logits copied to a new float32 tensor              the output projection's float32 tensor itself
+    log-softmax into a new tensor                      log-softmax in place
+    length and suppression processors: new tensors     the same columns written in place
+    + beam scores into a new tensor                    + beam scores in place
+    top-k over beams x vocabulary (2 x beams kept)     the same top-k
+    cache: keys and values copied every step           copied only when a beam moved; a static cache in place,
+    (a static cache over its whole length)             over the positions filled so far
+
+With an int8 output projection the scores are its float32 output, which this loop owns as well (the int32 sums
+rescaled once on the `torch._int_mm` route, `precision.Int8Projection`; fbgemm's own float32 output on the other,
+`precision.FbgemmInt8Projection`), and the log-softmax runs in place over them. bfloat16 logits are converted to
+float32 once, as transformers' loop converts them.
+
+What this loop does not implement runs in transformers' loop, never ignored (`lean_refusal` says why, logged at
+info level): sampling, streamers, synchronised GPUs, assisted decoding, returning logits, attentions or hidden
+states, decoding without a cache, chunked prefill, auto-compiled decoding, and (with a shortlist) logits processors
+that it cannot apply to a part of the vocabulary. `generate(..., lean_decoding=False)` (or
+`model.generation_config.lean_decoding = False`) always runs transformers' loop.
+
+The shortlist (Jean et al. 2015; L'Hostis et al. 2016; as Marian's `--shortlist`, Sockeye's `--restrict-lexicon` and
+CTranslate2's `use_vmap`): a lexical table of likely target tokens for each source token, plus tokens always
+allowed (the most frequent ones, the special ones). `generate(..., use_shortlist=True)` (or
+`model.generation_config.use_shortlist = True`; off by default) takes the union of the table rows of the batch's
+source tokens, and every decoding step projects onto that union only: the output projection, the log-softmax and
+the top-k run over its columns, and the model's distribution is renormalised over it. The table is
+`Shortlist`; `save_pretrained` writes it beside the weights (`shortlist.safetensors`) and `from_pretrained` reads it
+back; `nmt_toolkit.shortlist` builds it from a corpus. Where a shortlist meets an option this loop does not
+implement, transformers' loop decodes with the same restriction (`ShortlistLogitsMask`, and renormalisation in
+beam search).
+"""
+
+import math
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from transformers import GenerationMixin
+from transformers.cache_utils import EncoderDecoderCache, StaticLayer
+from transformers.generation.logits_process import (
+    ForcedBOSTokenLogitsProcessor,
+    ForcedEOSTokenLogitsProcessor,
+    LogitNormalization,
+    LogitsProcessor,
+    LogitsProcessorList,
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    SuppressTokensAtBeginLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+)
+from transformers.generation.utils import (
+    GenerateBeamEncoderDecoderOutput,
+    GenerateEncoderDecoderOutput,
+)
+from transformers.utils import cached_file, logging
+
+from .precision import output_rows
+
+logger = logging.get_logger(__name__)
+
+SHORTLIST_FILE = "shortlist.safetensors"
+SHORTLIST_FORMAT = "modeling_dwlstm shortlist 1"
+# The generation-config entries this module adds (`generate(..., name=value)` sets them for one call).
+DECODING_OPTIONS = {"lean_decoding": True, "use_shortlist": False}
+
+
+# ---------------------------------------------------------------------------------------------
+# The shortlist
+# ---------------------------------------------------------------------------------------------
+
+
+class Shortlist:
+    """A lexical shortlist: `table` (vocab_size, k), for each source token id up to k target token ids (-1 pads a
+    shorter row), and `always` (n,), the target ids every batch may produce (the most frequent ones and the special
+    ones). `metadata` says how it was built (strings; saved with it)."""
+
+    def __init__(self, table: torch.Tensor, always: torch.Tensor, metadata: dict | None = None):
+        if table.dim() != 2 or table.dtype.is_floating_point or always.dim() != 1 or always.dtype.is_floating_point:
+            raise ValueError("A shortlist is an integer table (vocab_size, k) and an integer vector of ids always allowed.")
+        self.table, self.always = table.long(), always.long()
+        self.metadata = {str(key): str(value) for key, value in (metadata or {}).items()}
+
+    @property
+    def vocab_size(self) -> int:
+        return self.table.shape[0]
+
+    def candidates(self, source_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                   extra: torch.Tensor | None = None) -> torch.Tensor:
+        """The sorted target ids a batch of sources (batch, length) may produce: `always`, `extra` and the table rows
+        of the sources' tokens (padding left out by `attention_mask`)."""
+        tokens = source_ids[attention_mask.bool()] if attention_mask is not None else source_ids.flatten()
+        tokens = tokens[(tokens >= 0) & (tokens < self.vocab_size)].cpu().unique()
+        rows = self.table[tokens].flatten()
+        parts = [rows[rows >= 0], self.always] + ([extra.flatten().cpu().long()] if extra is not None else [])
+        return torch.cat(parts).unique()  # sorted
+
+    def save(self, path) -> None:
+        save_file({"table": self.table.int().contiguous(), "always": self.always.int().contiguous()}, str(path),
+                  metadata={"format": SHORTLIST_FORMAT, **self.metadata})
+
+    @classmethod
+    def load(cls, path) -> "Shortlist":
+        with safe_open(str(path), framework="pt") as file:
+            metadata = dict(file.metadata() or {})
+        if metadata.get("format") != SHORTLIST_FORMAT:
+            raise ValueError(f"{path} is not a shortlist of this package (format {metadata.get('format')!r}, "
+                             f"expected {SHORTLIST_FORMAT!r}).")
+        tensors = load_file(str(path))
+        metadata.pop("format")
+        return cls(tensors["table"], tensors["always"], metadata)
+
+    def __repr__(self) -> str:
+        return (f"Shortlist(vocab_size={self.vocab_size}, top_k={self.table.shape[1]}, always={len(self.always)}, "
+                f"metadata={self.metadata})")
+
+
+def load_shortlist(name_or_path, **hub_kwargs) -> Shortlist | None:
+    """The shortlist saved with the model at `name_or_path` (a folder or a Hub repository), None if it has none.
+    `hub_kwargs`: `from_pretrained`'s cache_dir, revision, token, subfolder, local_files_only, force_download."""
+    path = cached_file(str(name_or_path), SHORTLIST_FILE, _raise_exceptions_for_missing_entries=False,
+                       _raise_exceptions_for_connection_errors=False, **hub_kwargs)
+    return Shortlist.load(path) if path else None
+
+
+class ShortlistLogitsMask(LogitsProcessor):
+    """-inf for every token outside `allowed` (sorted ids): the shortlist in transformers' own loop."""
+
+    def __init__(self, allowed: torch.Tensor):
+        self.allowed = allowed
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        outside = torch.ones(scores.shape[-1], dtype=torch.bool, device=scores.device)
+        outside[self.allowed[self.allowed < scores.shape[-1]].to(scores.device)] = False
+        return scores.masked_fill(outside, -math.inf)
+
+
+# ---------------------------------------------------------------------------------------------
+# Which loop decodes
+# ---------------------------------------------------------------------------------------------
+
+# Processors this loop applies itself, as columns of the scores written in place, on the full vocabulary or a
+# shortlist. Exact types: a subclass may do something else (without a shortlist it is called as it is).
+COLUMN_PROCESSORS = (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor, SuppressTokensLogitsProcessor,
+                     SuppressTokensAtBeginLogitsProcessor, ForcedBOSTokenLogitsProcessor, ForcedEOSTokenLogitsProcessor)
+
+
+def lean_refusal(model, generation_config, logits_processor, model_kwargs, streamer=None, synced_gpus=False,
+                 columns: "OutputColumns | None" = None) -> str | None:
+    """Why this loop cannot decode this call (transformers' loop then does), or None."""
+    config = generation_config
+    if not getattr(config, "lean_decoding", True):
+        return "lean_decoding=False"
+    checks = [
+        (config.do_sample, "sampling (do_sample=True)"),
+        (synced_gpus, "synced_gpus"),
+        (streamer is not None, "a streamer"),
+        (config.is_assistant, "assisted decoding"),
+        (config.return_dict_in_generate and (config.output_attentions or config.output_hidden_states
+                                             or config.output_logits), "output_attentions, output_hidden_states or output_logits"),
+        (not model_kwargs.get("use_cache"), "use_cache=False"),
+        (config.prefill_chunk_size is not None, "prefill_chunk_size"),
+        (config.max_length is None, "no max_length"),
+        (getattr(config, "low_memory", None), "low_memory"),
+        (model._valid_auto_compile_criteria(model_kwargs, config), "auto-compiled decoding"),
+        (not isinstance(model_kwargs.get("cache"), EncoderDecoderCache), "a cache that is not an EncoderDecoderCache"),
+    ]
+    for refused, reason in checks:
+        if refused:
+            return reason
+    if columns is not None:
+        unknown = [type(processor).__name__ for processor in logits_processor if type(processor) not in COLUMN_PROCESSORS]
+        if unknown:
+            return f"the logits processors {unknown}, which a shortlist cannot restrict"
+        if columns.projection is None:
+            return f"an output projection a shortlist cannot restrict ({type(model.get_output_embeddings()).__name__})"
+    return None
+
+
+def decode(model, greedy: bool, input_ids, logits_processor, stopping_criteria, generation_config,
+           synced_gpus=False, streamer=None, inputs_tensor=None, **model_kwargs):
+    """`generate()`'s greedy search (`greedy`) or beam search for `model`: this module's loop when it can, else
+    transformers' (`lean_refusal`); with the batch's shortlist when the generation config says `use_shortlist`."""
+    columns = None
+    if getattr(generation_config, "use_shortlist", False):
+        columns = batch_shortlist(model, generation_config, inputs_tensor, model_kwargs.get("attention_mask"),
+                                  input_ids, logits_processor)
+    reason = lean_refusal(model, generation_config, logits_processor, model_kwargs, streamer, synced_gpus, columns)
+    if reason is None:
+        search = lean_greedy_search if greedy else lean_beam_search
+        return search(model, input_ids, logits_processor, stopping_criteria, generation_config, columns, **model_kwargs)
+    logger.info(f"Decoding with transformers' loop: {reason}.")
+    if columns is not None:  # the same restriction: -inf outside, renormalised where beam search has normalised
+        logits_processor = LogitsProcessorList([ShortlistLogitsMask(columns.ids), *([] if greedy else [LogitNormalization()]),
+                                                *logits_processor])
+    if greedy:
+        return GenerationMixin._sample(model, input_ids, logits_processor, stopping_criteria, generation_config,
+                                       synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
+    return GenerationMixin._beam_search(model, input_ids, logits_processor, stopping_criteria, generation_config,
+                                        synced_gpus=synced_gpus, **model_kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# The output columns a step scores: the whole vocabulary or a shortlist
+# ---------------------------------------------------------------------------------------------
+
+
+class OutputColumns:
+    """The token ids a decoding step scores, `ids` (sorted), and the output projection onto them."""
+
+    def __init__(self, ids: torch.Tensor, projection):
+        self.ids, self.projection = ids, projection
+
+    def positions(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """The columns of `token_ids` that are among `ids` (the others are left out)."""
+        token_ids = token_ids.to(self.ids.device).flatten()
+        index = torch.searchsorted(self.ids, token_ids).clamp_(max=len(self.ids) - 1)
+        return index[self.ids[index] == token_ids]
+
+    def token_ids(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.ids[positions]
+
+
+def batch_shortlist(model, generation_config, inputs_tensor, attention_mask, decoder_input_ids,
+                    logits_processor) -> OutputColumns:
+    """The shortlist's columns for this batch: the union of its sources' rows, the special tokens, the tokens the
+    processors force and the decoder prompt."""
+    shortlist = getattr(model, "shortlist", None)
+    if shortlist is None:
+        raise ValueError("use_shortlist=True, but this model has no shortlist: build one with scripts/build_shortlist.py "
+                         "(nmt_toolkit.shortlist) and load the model from the folder it was written to.")
+    if inputs_tensor is None or inputs_tensor.dtype.is_floating_point or inputs_tensor.dim() != 2 or (inputs_tensor < 0).any():
+        raise ValueError("use_shortlist=True needs the source token ids (`input_ids`): the shortlist is chosen from them, "
+                         "and this call gave none (e.g. only `encoder_outputs`).")
+    if shortlist.vocab_size != model.config.vocab_size:
+        raise ValueError(f"The shortlist covers {shortlist.vocab_size} source tokens but the model has "
+                         f"{model.config.vocab_size}: build it again with the model's tokenizer.")
+    specials = [generation_config.decoder_start_token_id, generation_config.bos_token_id, generation_config.pad_token_id,
+                model.config.eos_token_id]
+    eos = generation_config._eos_token_tensor
+    forced = [torch.as_tensor(getattr(processor, name)).flatten() for processor in logits_processor
+              for name in ("bos_token_id", "eos_token_id") if type(processor) in COLUMN_PROCESSORS and hasattr(processor, name)]
+    extra = [torch.tensor([token for token in specials if token is not None], dtype=torch.long), decoder_input_ids.flatten(),
+             *([eos.flatten()] if eos is not None else []), *forced]
+    if attention_mask is not None and attention_mask.shape[0] != inputs_tensor.shape[0]:  # expanded for the beams
+        attention_mask = attention_mask[:: attention_mask.shape[0] // inputs_tensor.shape[0]]
+    ids = shortlist.candidates(inputs_tensor, attention_mask, torch.cat([part.cpu().long() for part in extra]))
+    ids = ids[ids < model.config.vocab_size]
+    try:
+        projection = output_rows(model.get_output_embeddings(), ids)
+    except ValueError:  # e.g. a LoRA wrapper: transformers' loop masks the full projection instead
+        projection = None
+    return OutputColumns(ids.to(model.device), projection)
+
+
+def first_step_inputs(model, input_ids, generation_config, model_kwargs: dict) -> dict:
+    """The first forward's inputs, as `GenerationMixin._prefill` makes them (without chunks: `lean_refusal`); a
+    cache given by the caller may already hold part of `input_ids`."""
+    next_sequence_length = None
+    cache = model_kwargs.get("cache")
+    if cache is not None and not all(cache.is_linear):
+        attention_mask = model_kwargs.get("decoder_attention_mask")
+        mask_length = attention_mask.shape[1] if attention_mask is not None else getattr(generation_config, "_mask_length", -1)
+        if mask_length == input_ids.shape[1]:
+            next_sequence_length = input_ids.shape[1] - cache.get_seq_length()
+    return model.prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length,
+                                               is_first_iteration=True, **model_kwargs)
+
+
+def step_scores(model, model_inputs: dict, columns: OutputColumns | None):
+    """One forward step: (outputs, float32 scores (rows, columns) of the last position). The scores are a tensor this
+    loop owns (the output projection's own, or its float32 conversion): it may change them in place."""
+    if columns is None:
+        outputs = model(**model_inputs, return_dict=True)
+        logits = outputs.logits[:, -1]  # (N, V)
+    else:
+        outputs = model.model(**model_inputs, return_dict=True)
+        logits = columns.projection(outputs.last_hidden_state[:, -1])  # (N, S)
+    if logits.dtype != torch.float32:
+        logits = logits.float()
+    elif not logits.is_contiguous():  # a decoder prompt longer than one token: (N, T, V)[:, -1]
+        logits = logits.contiguous()
+    return outputs, logits
+
+
+def apply_processors(logits_processor, input_ids: torch.Tensor, scores: torch.Tensor,
+                     columns: OutputColumns | None) -> torch.Tensor:
+    """The processors, in their order: the column ones written in place, any other called as transformers' loop
+    calls it (only without a shortlist: `lean_refusal`)."""
+    for processor in logits_processor:
+        if type(processor) in COLUMN_PROCESSORS:
+            scores = apply_column_processor(processor, input_ids.shape[-1], scores, columns)
+        else:
+            scores = processor(input_ids, scores)
+    return scores
+
+
+def column_positions(token_ids, scores: torch.Tensor, columns: OutputColumns | None) -> torch.Tensor:
+    token_ids = torch.as_tensor(token_ids, device=scores.device).flatten().long()
+    if columns is not None:
+        return columns.positions(token_ids)
+    return token_ids[(token_ids >= 0) & (token_ids < scores.shape[-1])]
+
+
+def apply_column_processor(processor, length: int, scores: torch.Tensor, columns: OutputColumns | None) -> torch.Tensor:
+    """What `processor` does to `scores` at sequence length `length`, written in place into its columns (transformers'
+    own versions build new tensors with the same values)."""
+    kind = type(processor)
+    if kind is MinLengthLogitsProcessor:
+        suppressed = processor.eos_token_id if length < processor.min_length else None
+    elif kind is MinNewTokensLengthLogitsProcessor:
+        short = length - processor.prompt_length_to_skip < processor.min_new_tokens
+        suppressed = processor.eos_token_id if short else None
+    elif kind is SuppressTokensLogitsProcessor:
+        suppressed = processor.suppress_tokens
+    elif kind is SuppressTokensAtBeginLogitsProcessor:
+        suppressed = processor.begin_suppress_tokens if length == processor.begin_index else None
+    else:  # forced BOS (at length 1) or EOS (one before max_length): every other token -inf, the forced one 0
+        forced = (processor.bos_token_id if kind is ForcedBOSTokenLogitsProcessor
+                  else processor.eos_token_id if length == processor.max_length - 1 else None)
+        if kind is ForcedBOSTokenLogitsProcessor and length != 1:
+            forced = None
+        if forced is not None:
+            scores.fill_(-math.inf)
+            scores[:, column_positions(forced, scores, columns)] = 0
+        return scores
+    if suppressed is not None:
+        scores[:, column_positions(suppressed, scores, columns)] = -math.inf
+    return scores
+
+
+def full_vocabulary_scores(scores: torch.Tensor, columns: OutputColumns | None, vocab_size: int) -> torch.Tensor:
+    """Scores over the whole vocabulary (-inf outside the shortlist), as transformers' loop returns them."""
+    if columns is None:
+        return scores
+    full = scores.new_full((scores.shape[0], vocab_size), -math.inf)
+    full[:, columns.ids] = scores
+    return full
+
+
+def reorder_cache(cache: EncoderDecoderCache, beam_idx: torch.Tensor) -> None:
+    """Make row i of the self-attention cache what row beam_idx[i] was (the cross-attention keys and values are the
+    same for every beam of a sentence). Nothing is copied when no beam moved; a static cache is reordered in place,
+    over the positions written so far."""
+    if torch.equal(beam_idx, torch.arange(len(beam_idx), dtype=beam_idx.dtype, device=beam_idx.device)):
+        return
+    for layer in cache.self_attention_cache.layers:
+        if isinstance(layer, StaticLayer):
+            if not layer.is_initialized:
+                continue
+            filled = int(layer.cumulative_length)
+            index = beam_idx.to(layer.keys.device)
+            for states in (layer.keys, layer.values):
+                states[:, :, :filled] = states[:, :, :filled].index_select(0, index)
+        else:
+            layer.reorder_cache(beam_idx)
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy search
+# ---------------------------------------------------------------------------------------------
+
+
+def lean_greedy_search(model, input_ids, logits_processor, stopping_criteria, generation_config,
+                       columns: OutputColumns | None, **model_kwargs):
+    """`GenerationMixin._sample` without sampling: argmax over the output projection's tensor, no float32 copy, the
+    tokens written into one buffer."""
+    pad_token_id = generation_config._pad_token_tensor
+    output_scores = generation_config.return_dict_in_generate and generation_config.output_scores
+    scores = () if output_scores else None
+    has_eos_stopping_criteria = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
+    batch_size, length = input_ids.shape
+    if pad_token_id is not None:
+        pad_token_id = pad_token_id.to(input_ids.device)
+    tokens = input_ids.new_empty(batch_size, max(generation_config.max_length, length + 1))  # (B, max_length)
+    tokens[:, :length] = input_ids
+    unfinished_sequences = torch.ones(batch_size, dtype=torch.long, device=input_ids.device)
+    model_inputs = first_step_inputs(model, input_ids, generation_config, model_kwargs)
+    while True:
+        outputs, logits = step_scores(model, model_inputs, columns)  # (B, V or S)
+        model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
+        del outputs
+        next_token_scores = apply_processors(logits_processor, tokens[:, :length], logits, columns)
+        if scores is not None:
+            scores += (full_vocabulary_scores(next_token_scores, columns, model.config.vocab_size),)
+        next_tokens = next_token_scores.argmax(dim=-1)  # (B,)
+        if columns is not None:
+            next_tokens = columns.token_ids(next_tokens)
+        if has_eos_stopping_criteria:
+            next_tokens = next_tokens * unfinished_sequences + pad_token_id * (1 - unfinished_sequences)
+        tokens[:, length] = next_tokens
+        length += 1
+        unfinished_sequences = unfinished_sequences & ~stopping_criteria(tokens[:, :length], scores)
+        if unfinished_sequences.max() == 0 or length == tokens.shape[1]:
+            break
+        model_inputs = model.prepare_inputs_for_generation(tokens[:, :length], next_sequence_length=1, **model_kwargs)
+    sequences = tokens[:, :length].clone()
+    if not generation_config.return_dict_in_generate:
+        return sequences
+    return GenerateEncoderDecoderOutput(sequences=sequences, scores=scores, cache=model_kwargs.get("cache"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search
+# ---------------------------------------------------------------------------------------------
+
+
+def lean_beam_search(model, input_ids, logits_processor, stopping_criteria, generation_config,
+                     columns: OutputColumns | None, **model_kwargs):
+    """`GenerationMixin._beam_search` without sampling, its scores computed in place (see the module docstring); the
+    hypotheses are kept by its own helpers, so ties and finished beams are handled as there."""
+    pad_token_id = generation_config._pad_token_tensor
+    eos_token_id = generation_config._eos_token_tensor
+    output_scores = generation_config.return_dict_in_generate and generation_config.output_scores
+    early_stopping, length_penalty = generation_config.early_stopping, generation_config.length_penalty
+    max_length, num_beams = generation_config.max_length, generation_config.num_beams
+    num_return_sequences = generation_config.num_return_sequences
+    batch_size_unflattened, cur_len = input_ids.shape[:2]
+    batch_size = batch_size_unflattened // num_beams
+    decoder_prompt_len = cur_len
+    device = input_ids.device
+    # 2 x beams candidates per sentence (more with several EOS tokens), so that `num_beams` stay open when the best
+    # ones all end.
+    n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
+    beams_to_keep = max(2, 1 + n_eos_tokens) * num_beams
+    top_num_beam_mask = torch.cat((torch.ones(num_beams, dtype=torch.bool),
+                                   torch.zeros(beams_to_keep - num_beams, dtype=torch.bool))).to(device)
+    all_scores = () if output_scores else None
+
+    output_fill_value = pad_token_id or eos_token_id[0] if eos_token_id is not None else -1
+    running_sequences = torch.full((batch_size, num_beams, max_length), fill_value=output_fill_value,
+                                   dtype=torch.int64, device=device)
+    running_sequences[:, :, :cur_len] = model._unflatten_beam_dim(input_ids, batch_size, num_beams)
+    sequences = running_sequences.detach().clone()
+    running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float, device=device)
+    running_beam_scores[:, 1:] = -1e9  # only the first beam's continuations at the first step
+    beam_scores = torch.full((batch_size, num_beams), fill_value=-1e9, dtype=torch.float, device=device)
+    is_sent_finished = torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device)
+    is_early_stop_heuristic_unsatisfied = torch.ones((batch_size, 1), dtype=torch.bool, device=device)
+    running_beam_indices = torch.full((batch_size, num_beams, max_length - cur_len), fill_value=-1,
+                                      dtype=torch.int32, device=device)
+    beam_indices = running_beam_indices.detach().clone()
+    batch_offset = torch.arange(batch_size, device=device).view(-1, 1) * num_beams
+
+    flat_running_sequences = input_ids
+    model_inputs = first_step_inputs(model, input_ids, generation_config, model_kwargs)
+    while True:
+        outputs, log_probs = step_scores(model, model_inputs, columns)  # (B * beams, V or S)
+        model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
+        del outputs
+        torch.log_softmax(log_probs, dim=-1, out=log_probs)
+        log_probs = apply_processors(logits_processor, flat_running_sequences, log_probs, columns).contiguous()
+        if all_scores is not None:
+            all_scores += (full_vocabulary_scores(log_probs, columns, model.config.vocab_size).clone(),)
+        columns_per_beam = log_probs.shape[-1]
+        log_probs.view(batch_size, num_beams, columns_per_beam).add_(running_beam_scores[:, :, None])
+        topk_log_probs, topk_indices = torch.topk(log_probs.view(batch_size, -1), k=beams_to_keep)  # (B, 2 x beams)
+        del log_probs
+
+        topk_current_beam_indices = topk_indices // columns_per_beam
+        topk_ids = topk_indices % columns_per_beam
+        if columns is not None:
+            topk_ids = columns.token_ids(topk_ids)
+        topk_running_beam_indices = model._gather_beams(running_beam_indices, topk_current_beam_indices)
+        topk_running_sequences = model._gather_beams(running_sequences, topk_current_beam_indices)
+        topk_running_sequences[:, :, cur_len] = topk_ids
+        topk_running_beam_indices[:, :, cur_len - decoder_prompt_len] = topk_current_beam_indices + batch_offset
+
+        next_token_hits_stopping_criteria = stopping_criteria(
+            model._flatten_beam_dim(topk_running_sequences[:, :, : cur_len + 1]), all_scores)
+        next_token_hits_stopping_criteria = model._unflatten_beam_dim(next_token_hits_stopping_criteria, batch_size,
+                                                                      beams_to_keep)
+        running_sequences, running_beam_scores, running_beam_indices = model._get_running_beams_for_next_iteration(
+            topk_log_probs=topk_log_probs, topk_running_sequences=topk_running_sequences,
+            topk_running_beam_indices=topk_running_beam_indices,
+            next_token_hits_stopping_criteria=next_token_hits_stopping_criteria, num_beams=num_beams,
+        )
+        sequences, beam_scores, beam_indices, is_sent_finished = model._update_finished_beams(
+            sequences=sequences, topk_running_sequences=topk_running_sequences, beam_scores=beam_scores,
+            topk_log_probs=topk_log_probs, beam_indices=beam_indices, topk_running_beam_indices=topk_running_beam_indices,
+            is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied, is_sent_finished=is_sent_finished,
+            next_token_hits_stopping_criteria=next_token_hits_stopping_criteria, top_num_beam_mask=top_num_beam_mask,
+            num_beams=num_beams, cur_len=cur_len, decoder_prompt_len=decoder_prompt_len, length_penalty=length_penalty,
+            early_stopping=early_stopping,
+        )
+        beam_idx = model._flatten_beam_dim(running_beam_indices[..., cur_len - decoder_prompt_len])
+        reorder_cache(model_kwargs["cache"], beam_idx)
+
+        cur_len = cur_len + 1
+        is_early_stop_heuristic_unsatisfied = model._check_early_stop_heuristic(
+            is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
+            running_beam_scores=running_beam_scores, beam_scores=beam_scores, is_sent_finished=is_sent_finished,
+            cur_len=cur_len, max_length=max_length, decoder_prompt_len=decoder_prompt_len,
+            early_stopping=early_stopping, length_penalty=length_penalty,
+        )
+        if not model._beam_search_has_unfinished_sequences(is_early_stop_heuristic_unsatisfied, is_sent_finished,
+                                                           next_token_hits_stopping_criteria, early_stopping):
+            break
+        flat_running_sequences = model._flatten_beam_dim(running_sequences[:, :, :cur_len])
+        model_inputs = model.prepare_inputs_for_generation(flat_running_sequences, next_sequence_length=1, **model_kwargs)
+
+    # The best `num_return_sequences` per sentence, cut to the longest generated length.
+    sequences = model._flatten_beam_dim(sequences[:, :num_return_sequences, :])
+    beam_scores = model._flatten_beam_dim(beam_scores[:, :num_return_sequences])
+    beam_indices = model._flatten_beam_dim(beam_indices[:, :num_return_sequences, :])
+    max_generated_length = ((beam_indices + 1).bool()).sum(dim=1).max()
+    sequences = sequences[:, :decoder_prompt_len + max_generated_length]
+    beam_indices = beam_indices[:, :max_generated_length]
+    if not generation_config.return_dict_in_generate:
+        return sequences
+    return GenerateBeamEncoderDecoderOutput(
+        sequences=sequences, sequences_scores=beam_scores if output_scores else None, scores=all_scores,
+        beam_indices=beam_indices, cache=model_kwargs.get("cache"),
+    )
+
+
+__all__ = ["DECODING_OPTIONS", "SHORTLIST_FILE", "Shortlist", "ShortlistLogitsMask", "load_shortlist", "decode",
+           "lean_refusal"]

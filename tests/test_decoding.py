@@ -1,0 +1,355 @@
+"""The decoding loop of generation_translation against transformers' own, and the vocabulary shortlist."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import CASES, WITHOUT_PACKAGE, random_ids, tiny_model
+from transformers import AutoModelForSeq2SeqLM, LogitsProcessor, LogitsProcessorList, TextStreamer
+
+from modeling_dwlstm import generation_translation
+from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist, ShortlistLogitsMask
+from modeling_dwlstm.precision import output_rows, prepare_for_inference, quantize_int8
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# One case per member (and both kinds of connection across a stack).
+MEMBER_CASES = ["dwlstm", "dwlstm-two-lstm", "residual-pre", "residual-post", "highway-sdu-sigmoid-all-layers",
+                "rnn-glu-own-hidden-add", "dlcl-pre-learned", "ta-post", "rezero"]
+SOURCES = random_ids(3, 7)
+MASK = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
+EOS = 2
+
+
+@pytest.fixture
+def lean_calls(monkeypatch):
+    """How often each of this module's loops ran."""
+    calls = {"greedy": 0, "beam": 0}
+    for name, key in (("lean_greedy_search", "greedy"), ("lean_beam_search", "beam")):
+        original = getattr(generation_translation, name)
+
+        def counted(*args, original=original, key=key, **kwargs):
+            calls[key] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(generation_translation, name, counted)
+    return calls
+
+
+def eos_prone(model):
+    """Make the end of sentence likely, so that hypotheses end at different steps (finished beams, padding)."""
+    with torch.no_grad():
+        model.get_output_embeddings().weight[EOS] *= 4
+    return model
+
+
+def both_loops(model, **settings):
+    """(this loop's output, transformers' loop's output) of the same call."""
+    lean = model.generate(SOURCES, attention_mask=MASK, **settings)
+    stock = model.generate(SOURCES, attention_mask=MASK, lean_decoding=False, **settings)
+    return lean, stock
+
+
+def assert_same_output(lean, stock):
+    if isinstance(lean, torch.Tensor):
+        assert torch.equal(lean, stock)
+        return
+    assert torch.equal(lean.sequences, stock.sequences)
+    assert (lean.scores is None) == (stock.scores is None)
+    for ours, theirs in zip(lean.scores or (), stock.scores or (), strict=True):
+        assert torch.equal(ours, theirs)
+    for name in ("sequences_scores", "beam_indices"):
+        if stock.get(name) is not None:
+            assert torch.equal(lean[name], stock[name]), name
+
+
+def int8_model(case: str, route: str | None):
+    """The tiny model in float32 (`route` None), in bfloat16 ("bfloat16"), or int8 by the route named ("fbgemm",
+    "int_mm"), whatever this CPU's own route is."""
+    model = eos_prone(tiny_model(case)).eval()
+    if route == "bfloat16":
+        return prepare_for_inference(model, dtype="bfloat16", allow_slow=True)
+    return model if route is None else quantize_int8(model, route=route)
+
+
+# --- The same output as transformers' loop -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES)
+@pytest.mark.parametrize("num_beams", [1, 3])
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+@pytest.mark.parametrize("route", [None, "fbgemm", "int_mm"])
+def test_the_loop_decodes_what_transformers_loop_decodes(case, num_beams, cache_implementation, route, lean_calls):
+    """Token for token, and score for score where scores are returned, for every member, greedy and beam, dynamic
+    and static cache, float32 and int8 (both routes; int_mm is slow but correct on a CPU without VNNI)."""
+    model = int8_model(case, route)
+    settings = dict(num_beams=num_beams, max_new_tokens=7, cache_implementation=cache_implementation)
+    assert_same_output(*both_loops(model, **settings))
+    assert_same_output(*both_loops(model, **settings, return_dict_in_generate=True, output_scores=True))
+    assert lean_calls["greedy" if num_beams == 1 else "beam"] == 2
+
+
+@pytest.mark.parametrize("case", ["dwlstm", "residual-pre", "ta-post"])
+def test_bfloat16_weights_decode_the_same(case, lean_calls):
+    """bfloat16 logits: transformers' loop scores a float32 copy, this loop a float32 conversion, the same numbers."""
+    model = int8_model(case, "bfloat16")
+    for num_beams in (1, 3):
+        assert_same_output(*both_loops(model, num_beams=num_beams, max_new_tokens=6, return_dict_in_generate=True,
+                                       output_scores=True))
+    assert lean_calls == {"greedy": 1, "beam": 1}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_option_of_every_member_decodes_the_same(case, lean_calls):
+    model = eos_prone(tiny_model(case))
+    for num_beams in (1, 2):
+        assert_same_output(*both_loops(model, num_beams=num_beams, max_new_tokens=6))
+    assert lean_calls == {"greedy": 1, "beam": 1}
+
+
+@pytest.mark.parametrize("settings", [
+    dict(num_beams=4, num_return_sequences=3),
+    dict(num_beams=3, early_stopping=True, length_penalty=0.6),
+    dict(num_beams=3, early_stopping="never", length_penalty=1.4),
+    dict(num_beams=2, min_new_tokens=4),
+    dict(num_beams=1, min_new_tokens=4),
+    dict(num_beams=3, min_length=5, suppress_tokens=[5, 6], begin_suppress_tokens=[7]),
+    dict(num_beams=1, suppress_tokens=[5, 6], begin_suppress_tokens=[7]),
+    dict(num_beams=3, forced_bos_token_id=9, forced_eos_token_id=EOS),
+    dict(num_beams=1, forced_bos_token_id=9, forced_eos_token_id=EOS),
+    dict(num_beams=3, eos_token_id=[EOS, 11]),
+    dict(num_beams=3, no_repeat_ngram_size=2, repetition_penalty=1.3),
+    dict(num_beams=1, no_repeat_ngram_size=2),
+])
+def test_generation_options_decode_the_same(settings, lean_calls):
+    model = eos_prone(tiny_model("dwlstm"))
+    assert_same_output(*both_loops(model, max_new_tokens=8, **settings))
+    assert_same_output(*both_loops(model, max_new_tokens=8, return_dict_in_generate=True, output_scores=True, **settings))
+    assert sum(lean_calls.values()) == 2
+
+
+class BanToken(LogitsProcessor):
+    """A processor this module does not know: called as transformers' loop calls it."""
+
+    def __init__(self, token: int):
+        self.token = token
+
+    def __call__(self, input_ids, scores):
+        return scores.index_fill(1, torch.tensor([self.token]), -float("inf"))
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_processor_of_the_caller_is_applied_as_transformers_applies_it(num_beams, lean_calls):
+    model = tiny_model("dwlstm")
+    plain = model.generate(SOURCES, attention_mask=MASK, num_beams=num_beams, max_new_tokens=8, lean_decoding=False)
+    banned = int(plain[0, 1])
+    processors = LogitsProcessorList([BanToken(banned)])
+    lean, stock = both_loops(model, num_beams=num_beams, max_new_tokens=8, logits_processor=processors)
+    assert torch.equal(lean, stock) and sum(lean_calls.values()) == 1
+    assert not (lean == banned).any()
+
+
+def test_a_decoder_prompt_and_the_translation_pipeline_use_the_loop(lean_calls):
+    model = tiny_model("dwlstm")
+    prompt = torch.tensor([[model.config.decoder_start_token_id, 9, 10]] * 3)
+    assert_same_output(*both_loops(model, decoder_input_ids=prompt, num_beams=2, max_new_tokens=5))
+    assert lean_calls["beam"] == 1
+
+
+# --- Whatever the loop does not implement runs in transformers' loop ---------------------------------------------
+
+
+@pytest.mark.parametrize("settings", [
+    dict(do_sample=True, top_k=5, num_beams=1),
+    dict(do_sample=True, num_beams=2),
+    dict(num_beams=2, return_dict_in_generate=True, output_attentions=True),
+    dict(num_beams=1, return_dict_in_generate=True, output_hidden_states=True),
+    dict(num_beams=2, return_dict_in_generate=True, output_logits=True),
+    dict(num_beams=2, use_cache=False),
+    dict(num_beams=1, lean_decoding=False),
+])
+def test_options_the_loop_does_not_implement_run_in_transformers_loop(settings, lean_calls):
+    model = tiny_model("dwlstm")
+    torch.manual_seed(0)
+    ours = model.generate(SOURCES, attention_mask=MASK, max_new_tokens=5, **settings)
+    torch.manual_seed(0)
+    theirs = model.generate(SOURCES, attention_mask=MASK, max_new_tokens=5, lean_decoding=False,
+                            **{k: v for k, v in settings.items() if k != "lean_decoding"})
+    assert lean_calls == {"greedy": 0, "beam": 0}
+    assert_same_output(ours, theirs)
+
+
+def test_a_streamer_and_an_assistant_run_in_transformers_loop(lean_calls):
+    model = tiny_model("dwlstm")
+
+    class Tokens:
+        def decode(self, ids, **kwargs):
+            return " ".join(map(str, ids))
+
+    streamer = TextStreamer(Tokens())
+    model.generate(SOURCES[:1], max_new_tokens=4, num_beams=1, streamer=streamer)
+    model.generate(SOURCES[:1], max_new_tokens=4, num_beams=1, assistant_model=tiny_model("dwlstm", seed=1))
+    assert lean_calls == {"greedy": 0, "beam": 0}
+
+
+def test_the_reason_for_transformers_loop_is_logged(monkeypatch):
+    messages = []
+    monkeypatch.setattr(generation_translation.logger, "info", messages.append)
+    tiny_model("dwlstm").generate(SOURCES, max_new_tokens=3, num_beams=2, use_cache=False)
+    assert messages == ["Decoding with transformers' loop: use_cache=False."]
+
+
+# --- The shortlist ------------------------------------------------------------------------------------------------
+
+
+def random_shortlist(vocab_size: int, top_k: int = 3, always=(0, 1, 2, 3), seed: int = 0) -> Shortlist:
+    generator = torch.Generator().manual_seed(seed)
+    return Shortlist(torch.randint(4, vocab_size, (vocab_size, top_k), generator=generator), torch.tensor(always))
+
+
+def test_the_union_is_the_rows_of_the_sources_and_the_tokens_always_allowed():
+    shortlist = Shortlist(torch.tensor([[-1, -1], [-1, -1], [7, -1], [8, 9], [5, -1]]), torch.tensor([1, 2]))
+    sources, mask = torch.tensor([[3, 2], [4, 0]]), torch.tensor([[1, 1], [1, 0]])
+    assert shortlist.candidates(sources, mask).tolist() == [1, 2, 5, 7, 8, 9]
+    assert shortlist.candidates(sources).tolist() == [1, 2, 5, 7, 8, 9]  # id 0's row is empty anyway
+    assert shortlist.candidates(sources, mask, extra=torch.tensor([30])).tolist() == [1, 2, 5, 7, 8, 9, 30]
+
+
+@pytest.mark.parametrize("route", [None, "fbgemm", "int_mm"])
+def test_the_output_projection_restricted_to_rows_gives_those_columns(route):
+    model = int8_model("dwlstm", route)
+    hidden, rows = torch.randn(5, model.config.d_model), torch.tensor([0, 3, 7, 39])
+    full, restricted = model.lm_head(hidden), output_rows(model.lm_head, rows)(hidden)
+    if route is None:
+        torch.testing.assert_close(restricted, full[:, rows])
+    else:  # int32 sums are exact: the same numbers
+        assert torch.equal(restricted, full[:, rows])
+    with pytest.raises(ValueError, match="Only an nn.Linear"):
+        output_rows(model.model.decoder.layers[0].self_attn.qkv_proj, rows)
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES)
+@pytest.mark.parametrize("num_beams", [1, 3])
+@pytest.mark.parametrize("route", [None, "fbgemm", "int_mm", "bfloat16"])
+def test_decoding_restricts_every_step_to_the_union(case, num_beams, route, lean_calls):
+    model = int8_model(case, route)
+    model.shortlist = random_shortlist(model.config.vocab_size)
+    union = model.shortlist.candidates(SOURCES, MASK)
+    settings = dict(num_beams=num_beams, max_new_tokens=7, return_dict_in_generate=True, output_scores=True)
+    lean = model.generate(SOURCES, attention_mask=MASK, use_shortlist=True, **settings)
+    assert torch.isin(lean.sequences, union).all()
+    for scores in lean.scores:  # over the whole vocabulary, -inf outside the union
+        assert torch.isinf(scores[:, ~torch.isin(torch.arange(model.config.vocab_size), union)]).all()
+    # transformers' loop with the same restriction (mask, and renormalisation in beam search): the same translations
+    stock = model.generate(SOURCES, attention_mask=MASK, use_shortlist=True, lean_decoding=False, **settings)
+    assert torch.equal(lean.sequences, stock.sequences)
+    for ours, theirs in zip(lean.scores, stock.scores):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    assert sum(lean_calls.values()) == 1
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES)
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_a_shortlist_holding_the_winners_decodes_what_the_full_vocabulary_does(case, cache_implementation):
+    model = eos_prone(tiny_model(case))
+    settings = dict(max_new_tokens=7, cache_implementation=cache_implementation)
+    greedy = model.generate(SOURCES, attention_mask=MASK, num_beams=1, **settings)
+    beam = model.generate(SOURCES, attention_mask=MASK, num_beams=3, **settings)
+    vocab_size = model.config.vocab_size
+    # Greedy: the tokens it chose, and nothing else from a random table.
+    model.shortlist = Shortlist(torch.full((vocab_size, 1), -1), greedy.unique())
+    assert len(model.shortlist.candidates(SOURCES, MASK)) < vocab_size
+    assert torch.equal(model.generate(SOURCES, attention_mask=MASK, num_beams=1, use_shortlist=True, **settings), greedy)
+    # Beam search renormalises over the shortlist: with every token allowed, it is the full vocabulary's search.
+    model.shortlist = Shortlist(torch.arange(vocab_size).flip(0)[None].repeat(vocab_size, 1), torch.tensor([EOS]))
+    assert torch.equal(model.generate(SOURCES, attention_mask=MASK, num_beams=3, use_shortlist=True, **settings), beam)
+
+
+def test_a_processor_the_shortlist_cannot_restrict_runs_in_transformers_loop_with_the_shortlist(lean_calls):
+    model = tiny_model("dwlstm")
+    model.shortlist = random_shortlist(model.config.vocab_size)
+    union = model.shortlist.candidates(SOURCES, MASK)
+    output = model.generate(SOURCES, attention_mask=MASK, num_beams=3, max_new_tokens=6, use_shortlist=True,
+                            logits_processor=LogitsProcessorList([BanToken(int(union[-1]))]))
+    assert lean_calls == {"greedy": 0, "beam": 0}
+    assert torch.isin(output, union[:-1]).all()
+
+
+def test_the_shortlist_is_off_by_default_and_refused_when_missing():
+    model = tiny_model("dwlstm")
+    with pytest.raises(ValueError, match="this model has no shortlist: build one with scripts/build_shortlist.py"):
+        model.generate(SOURCES, max_new_tokens=3, use_shortlist=True)
+    model.shortlist = random_shortlist(model.config.vocab_size, top_k=1, always=(EOS,))
+    plain = model.generate(SOURCES, max_new_tokens=6)
+    assert torch.equal(plain, model.generate(SOURCES, max_new_tokens=6, use_shortlist=False))
+    model.generation_config.use_shortlist = True  # the model's default, as generation_config.json can say
+    restricted = model.generate(SOURCES, max_new_tokens=6)
+    assert torch.isin(restricted[:, 1:], model.shortlist.candidates(SOURCES)).all()  # after the decoder start
+    assert not torch.equal(restricted, plain)
+    encoder_outputs = model.get_encoder()(input_ids=SOURCES)
+    with pytest.raises(ValueError, match="needs the source token ids"):
+        model.generate(encoder_outputs=encoder_outputs, max_new_tokens=3)
+
+
+def test_saving_and_loading_carry_the_shortlist(tmp_path):
+    model = tiny_model("dwlstm")
+    model.save_pretrained(tmp_path / "plain")
+    assert not (tmp_path / "plain" / SHORTLIST_FILE).exists()
+    assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "plain").shortlist is None
+    model.shortlist = random_shortlist(model.config.vocab_size)
+    model.shortlist.metadata["corpus"] = "test"
+    model.save_pretrained(tmp_path / "with")
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "with")
+    assert torch.equal(loaded.shortlist.table, model.shortlist.table)
+    assert torch.equal(loaded.shortlist.always, model.shortlist.always)
+    assert loaded.shortlist.metadata == {"corpus": "test"}
+    settings = dict(max_new_tokens=6, num_beams=2, use_shortlist=True)
+    assert torch.equal(loaded.generate(SOURCES, **settings), model.generate(SOURCES, **settings))
+    (tmp_path / "other.safetensors").write_bytes((tmp_path / "with" / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError, match="not a shortlist of this package"):
+        Shortlist.load(tmp_path / "other.safetensors")
+
+
+def test_a_model_loaded_by_its_remote_code_decodes_with_its_shortlist(tmp_path):
+    model = tiny_model("dwlstm")
+    model.shortlist = random_shortlist(model.config.vocab_size)
+    model.save_pretrained(tmp_path / "model")
+    settings = dict(max_new_tokens=6, num_beams=2, use_shortlist=True)
+    expected = {"restricted": model.generate(SOURCES, **settings).tolist(),
+                "stock": model.generate(SOURCES, max_new_tokens=6, num_beams=2, lean_decoding=False).tolist()}
+    script = WITHOUT_PACKAGE + textwrap.dedent(
+        f"""
+        import json, sys, torch
+        from transformers import AutoModelForSeq2SeqLM
+        model = AutoModelForSeq2SeqLM.from_pretrained("model", trust_remote_code=True).eval()
+        assert model.__class__.__module__.startswith("transformers_modules"), model.__class__.__module__
+        sources = torch.tensor({SOURCES.tolist()})
+        print(json.dumps({{"restricted": model.generate(sources, **{settings!r}).tolist(),
+                          "stock": model.generate(sources, max_new_tokens=6, num_beams=2).tolist()}}))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_transformers_loop_masks_what_is_outside_the_shortlist():
+    scores = torch.zeros(2, 6)
+    masked = ShortlistLogitsMask(torch.tensor([1, 4, 9]))(None, scores)
+    assert torch.isinf(masked[:, [0, 2, 3, 5]]).all() and (masked[:, [1, 4]] == 0).all()
+    assert (scores == 0).all()  # not in place: transformers' loop may hold the scores
+
+
+def test_int8_models_keep_their_projection_for_other_copies():
+    """Restricting an int8 projection builds a new module: the model's own is untouched."""
+    model = prepare_for_inference(tiny_model("dwlstm"), quantize="int8")
+    before = copy.deepcopy(model.lm_head.state_dict())
+    output_rows(model.lm_head, torch.tensor([1, 2]))
+    assert all(torch.equal(before[name], value) for name, value in model.lm_head.state_dict().items())
