@@ -43,7 +43,6 @@ from .files import atomic_write_json, prepare_output_dir, releasing_output_dirs
 INSTALL_ONNX = "pip install 'modeling-dwlstm[onnx]' (or: pip install onnxruntime onnx onnxscript)"
 INFO_FILE = "onnx_export.json"
 GRAPH_FILES = {"float32": ("encoder.onnx", "decoder_step.onnx"), "int8": ("encoder_int8.onnx", "decoder_step_int8.onnx")}
-PRECISIONS = tuple(GRAPH_FILES)
 FORMAT_VERSION = 1
 SINGLE_FILE_LIMIT = 1 << 30  # weights beyond 1 GiB go to external data files (a protobuf file stops at 2 GiB)
 # Example sizes for tracing: all different and above 1, so that torch.export neither specialises a dynamic size to
