@@ -14,6 +14,8 @@ from transformers import AutoModelForSeq2SeqLM
 from modeling_dwlstm import MEMBERS, DwLstmConfig
 from modeling_dwlstm.precision import prepare_for_inference
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit.lab import benchmark
+from nmt_toolkit.lab.onnx_speed import benchmark_onnx, format_report
 from nmt_toolkit.onnx_export import INFO_FILE, OnnxTranslator, export_loaded, export_onnx, translate
 from nmt_toolkit.quickstart_corpus import generate_pairs
 
@@ -40,8 +42,8 @@ def test_the_cases_cover_every_member():
 
 
 def untrained_model(case: str):
-    """A tiny model whose weights are far from their initial values (ReZero's zero scalars included), so that greedy
-    decoding does not repeat one token."""
+    """A tiny model whose weights are far from their initial values, so that every sub-layer counts (ReZero's
+    scalars start at zero, DLCL's and transparent attention's weights uniform)."""
     model = tiny_model(case, **LAYERS)
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():
@@ -167,3 +169,18 @@ def test_bad_models_inputs_and_folders_are_refused(trained, tmp_path):
         translator.generate(random_ids(1, 65, high=model.config.vocab_size))
     with pytest.raises(ValueError, match="must be a list of strings"):
         translator.translate("A single string.")
+
+
+def test_speed_benchmark_rows_on_a_tiny_size(monkeypatch):
+    """scripts/benchmark_onnx.py's library at a tiny size: every row timed, ONNX Runtime float32 gives generate()'s
+    float32 tokens (the forced length: every sentence decodes `new_tokens` tokens)."""
+    monkeypatch.setitem(benchmark.SIZES, "tiny", dict(d_model=16, encoder_layers=1, decoder_layers=2, heads=4,
+                                                      ffn_dim=24))
+    report = benchmark_onnx("dwlstm", "tiny", threads=1, repeats=2, batch=3, source_length=5, new_tokens=4,
+                            vocab_size=40, log=lambda message: None)
+    rows = ["generate/float32", "generate/int8", "onnxruntime/float32", "onnxruntime/int8"]
+    assert list(report["sentences_per_second"]) == rows and all(rate > 0 for rate in report["sentences_per_second"].values())
+    assert all(low <= high for low, high in report["sentences_per_second_range"].values())
+    agreement = report["token_agreement_with_generate_float32"]
+    assert agreement["generate/float32"] == agreement["onnxruntime/float32"] == 1.0
+    assert all(row in format_report(report) for row in rows)

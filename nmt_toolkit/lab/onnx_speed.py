@@ -22,9 +22,9 @@ from .benchmark import (
     build_model,
     generate_forced,
     inference_copy,
+    interleaved_times,
     random_batch,
     random_words_tokenizer,
-    timed,
 )
 
 ROWS = (("generate", "float32"), ("generate", "int8"), ("onnxruntime", "float32"), ("onnxruntime", "int8"))
@@ -51,7 +51,7 @@ def benchmark_onnx(member: str = "dwlstm", size: str = "base", threads: int = 2,
                       for precision, t in translators.items()})
         outputs = {key: task() for key, task in tasks.items()}  # a warm-up run, also the outputs compared
         log(f"Timing {', '.join('/'.join(key) for key in ROWS)}: {repeats} interleaved repetitions ...")
-        times = interleaved_times(tasks, repeats)
+        times = interleaved_times(tasks, repeats, "cpu")  # every time kept: the spread is reported
     reference = outputs["generate", "float32"]
     return {
         "settings": {"member": member, "size": size, "threads": threads, "repeats": repeats, "batch": batch,
@@ -63,17 +63,6 @@ def benchmark_onnx(member: str = "dwlstm", size: str = "base", threads: int = 2,
         "token_agreement_with_generate_float32": {"/".join(key): float(np.mean(outputs[key] == reference))
                                                   for key in ROWS},
     }
-
-
-def interleaved_times(tasks: dict, repeats: int) -> dict:
-    """{key: [seconds of each repetition]}: every task once per repetition, the order rotated each time (as
-    `benchmark.interleaved_medians`, keeping every time so that the spread can be reported)."""
-    keys, times = list(tasks), {key: [] for key in tasks}
-    for repeat in range(repeats):
-        shift = repeat % len(keys)
-        for key in keys[shift:] + keys[:shift]:
-            times[key].append(timed(tasks[key], "cpu"))
-    return times
 
 
 def format_report(report: dict) -> str:
