@@ -35,7 +35,7 @@ from modeling_dwlstm.tokenization_dwlstm import LANGUAGE_TAG
 
 from .arguments import check_device, check_finite_number, check_positive_int
 from .batching import pack_by_tokens
-from .checkpoints import load_saved_model, load_saved_tokenizer
+from .checkpoints import load_saved_model, load_saved_tokenizer, weights_digest
 from .data import load_parallel_corpus
 from .files import (
     atomic_write_json,
@@ -303,6 +303,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     )
     results = {
         "model": args.model,
+        "model_weights_sha256": weights_digest(args.model),
         "test_set": args.data or args.source_file,
         "split": args.split if args.data else None,
         "source_lang": args.source_lang,
@@ -422,6 +423,9 @@ def _read_test_set(args: EvaluationArguments) -> tuple[list[str], list[str]]:
         return [pair[args.source_lang] for pair in pairs], [pair[args.target_lang] for pair in pairs]
     if args.source_file is None or args.reference_file is None:
         raise ValueError("--source_file and --reference_file go together: give both.")
+    if Path(args.source_file).resolve() == Path(args.reference_file).resolve():
+        raise ValueError(f"--source_file and --reference_file are the same file ({args.source_file}): the translations "
+                         "would be scored against their own sources. Give the target-language references.")
     sources, references = read_lines(args.source_file), read_lines(args.reference_file)
     check_parallel(sources, references, f"sources in {args.source_file}", f"references in {args.reference_file}")
     return sources[: args.max_pairs], references[: args.max_pairs]
@@ -648,7 +652,8 @@ def evaluate_directions(args) -> dict:
             }
         write_lines(hypotheses, Path(args.output_dir) / name / "hypotheses.txt")
     results = {
-        "model": args.model, "test_set": args.data, "split": args.split, "num_beams": args.num_beams,
+        "model": args.model, "model_weights_sha256": weights_digest(args.model), "test_set": args.data,
+        "split": args.split, "num_beams": args.num_beams,
         "length_penalty": args.length_penalty, "max_tokens": args.max_tokens,
         "language_id": "py3langid, restricted to the evaluated languages" if identifier else None,
         "off_target_skipped": off_target_skipped,
@@ -702,6 +707,11 @@ def results_table(results: Mapping, baseline: Mapping | None = None) -> list[str
     bootstrap p-value stored in `results` (evaluated with --baseline_results).
     """
     with_baseline = baseline is not None
+    if with_baseline:
+        missing = [name for name in results["directions"] if name not in baseline.get("directions", {})]
+        if missing:
+            raise ValueError(f"The baseline has no {missing} (it has {sorted(baseline.get('directions', {}))}): give "
+                             "the baseline's results.json of the same directions.")
     header = "| direction | sacreBLEU | chrF | off-target |" + (" baseline sacreBLEU | p (bootstrap) |" if with_baseline
                                                                else "")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]

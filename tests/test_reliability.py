@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from nmt_toolkit.checkpoints import (
     load_saved_tokenizer,
     save_pretrained_atomically,
 )
-from nmt_toolkit.data import load_parallel_corpus
+from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer
 from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, translate_sentences
 from nmt_toolkit.files import (
     CHECKSUMS_NAME,
@@ -64,8 +65,6 @@ def saved(tmp_path_factory):
 
 
 def copy_of(folder: Path, destination: Path) -> Path:
-    import shutil
-
     return Path(shutil.copytree(folder, destination))
 
 
@@ -172,10 +171,11 @@ def test_output_folders_are_refused_when_not_empty_and_checked_for_writability(t
 def test_evaluation_refuses_a_folder_with_another_systems_hypotheses_before_loading(saved, tmp_path):
     folder, _, _ = saved
     (tmp_path / "src").write_text("a man .\n")
+    (tmp_path / "ref").write_text("ein mann .\n")
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "hypotheses.txt").write_text("baseline\n")
     arguments = EvaluationArguments(model=str(tmp_path / "no-such-model"), output_dir=str(tmp_path / "eval"),
-                                    source_file=str(tmp_path / "src"), reference_file=str(tmp_path / "src"))
+                                    source_file=str(tmp_path / "src"), reference_file=str(tmp_path / "ref"))
     with pytest.raises(ValueError, match="not empty"):
         run_evaluation(arguments)
     arguments.overwrite_output_dir, arguments.baseline_hypotheses = True, str(tmp_path / "eval" / "hypotheses.txt")
@@ -283,8 +283,6 @@ def test_averaging_verifies_checksums_and_refuses_non_finite_checkpoints(saved, 
 def setup(tmp_path_factory):
     directory = tmp_path_factory.mktemp("setup")
     corpus = load_parallel_corpus(MULTI30K, "en", "de", max_pairs=200)
-    from nmt_toolkit.data import train_corpus_tokenizer
-
     train_corpus_tokenizer([corpus], ["en", "de"], merges=100).save_pretrained(directory / "tokenizer")
     (directory / "tiny.json").write_text(json.dumps({
         "model_type": "dwlstm", "d_model": 16, "ffn_dim": 16, "encoder_layers": 1, "decoder_layers": 1,
@@ -401,3 +399,16 @@ def test_tokenizer_and_evaluation_scripts_refuse_non_empty_output_folders(saved,
                           "de", "--max_pairs", "50", "--merges", "50", "--output_dir", str(tmp_path / "tok"))
     assert finished.returncode == 1 and "holds tokenizer.json" in finished.stderr.strip().splitlines()[-1]
     assert (tmp_path / "tok" / "tokenizer.json").read_text() == "mine"
+
+
+def test_atomic_writes_give_files_and_folders_the_usual_permissions(tmp_path):
+    """tempfile makes its files 0600 and folders 0700; what the scripts write must be readable like any other file."""
+    mask = os.umask(0o022)
+    try:
+        written = atomic_write_text(tmp_path / "results.json", "{}\n")
+        with atomic_directory(tmp_path / "model") as staging:
+            (staging / "config.json").write_text("{}")
+    finally:
+        os.umask(mask)
+    assert oct(written.stat().st_mode & 0o777) == oct(0o644)
+    assert oct((tmp_path / "model").stat().st_mode & 0o777) == oct(0o755)
