@@ -24,6 +24,7 @@ feeding each step's keys and values back as the next step's past and the encoder
 float32 graphs token for token against `generate()` and their logits against the model's.
 """
 
+import contextlib
 import json
 import logging
 import warnings
@@ -127,7 +128,7 @@ def export_onnx(model_dir: str, output_dir: str, int8: bool = True, overwrite: b
         raise ValueError(f"--output_dir {output_dir} holds the model being exported; choose a folder outside it.")
     model = load_saved_model(model_dir, "--model")
     tokenizer = load_saved_tokenizer(model_dir, "--model")
-    prepare_output_dir(output_dir, overwrite)
+    prepare_output_dir(output_dir, overwrite, replaced_whole=True)  # never over a training run's folder
     return export_loaded(model, tokenizer, output_dir, int8=int8)
 
 
@@ -218,38 +219,38 @@ def export_decoder_step(model, path: Path, external: bool) -> None:
                       external_data=external, verbose=False)
 
 
-class quiet_exporter:
+EXPORTER_LOGGERS = ("torch.onnx._internal.exporter._registration", "torch.onnx")
+
+
+@contextlib.contextmanager
+def quiet_exporter():
     """Silence the exporter's notes that say nothing about this export (a missing torchvision, axis renaming)."""
-
-    LOGGERS = ("torch.onnx._internal.exporter._registration", "torch.onnx")
-
-    def __enter__(self):
-        self.levels = {name: logging.getLogger(name).level for name in self.LOGGERS}
-        for name in self.LOGGERS:
-            logging.getLogger(name).setLevel(logging.ERROR)
-        self.warnings = warnings.catch_warnings()
-        self.warnings.__enter__()
-        warnings.filterwarnings("ignore", message=r".*axis name.*will not be used")
-        warnings.filterwarnings("ignore", category=FutureWarning, module=r"copyreg")
-
-    def __exit__(self, *exc_info):
-        self.warnings.__exit__(*exc_info)
-        for name, level in self.levels.items():
+    levels = {name: logging.getLogger(name).level for name in EXPORTER_LOGGERS}
+    for name in EXPORTER_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*axis name.*will not be used")
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"copyreg")
+            yield
+    finally:
+        for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
 
 
-class quiet_quantizer:
+def not_preprocessing_advice(record: logging.LogRecord) -> bool:
+    return "pre-processing before quantization" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def quiet_quantizer():
     """Drop the quantiser's advice to pre-process the graph (logged on the root logger at every call): its
     pre-processing is shape inference and graph fusions, which the exported graphs have had already."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "pre-processing before quantization" not in record.getMessage()
-
-    def __enter__(self):
-        logging.getLogger().addFilter(self)
-
-    def __exit__(self, *exc_info):
-        logging.getLogger().removeFilter(self)
+    logging.getLogger().addFilter(not_preprocessing_advice)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeFilter(not_preprocessing_advice)
 
 
 def quantize_int8(source: Path, target: Path, external: bool) -> None:

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import CASES, random_ids, run_script, script_help, tiny_model
+from conftest import CASES, random_ids, run_script, script_help, tiny_model, train_on_pairs
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_dwlstm import MEMBERS, DwLstmConfig
@@ -83,17 +83,9 @@ def trained(tmp_path_factory):
     torch.manual_seed(0)
     config = DwLstmConfig(**tokenizer_model_kwargs(tokenizer), d_model=32, **LAYERS, encoder_attention_heads=2,
                           decoder_attention_heads=4, ffn_dim=64, max_position_embeddings=64, dropout=0.0)
-    model = AutoModelForSeq2SeqLM.from_config(config).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for step in range(300):
-        batch = PAIRS[(32 * step) % 1968 :][:32]
-        loss = model(**tokenizer([english for english, _ in batch], text_target=[german for _, german in batch],
-                                 return_tensors="pt", padding=True)).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    model = train_on_pairs(AutoModelForSeq2SeqLM.from_config(config), tokenizer, PAIRS, steps=300, wrap=1968)
     folder = tmp_path_factory.mktemp("trained")
-    model.eval().save_pretrained(folder / "model")
+    model.save_pretrained(folder / "model")
     tokenizer.save_pretrained(folder / "model")
     run_script("export_onnx", "--model", folder / "model", "--output_dir", folder / "onnx")
     return model, tokenizer, folder
@@ -145,6 +137,10 @@ def test_export_folder_and_script(trained, tmp_path):
         run_script("export_onnx", "--model", folder / "model", "--output_dir", folder / "onnx")
     with pytest.raises(ValueError, match="holds the model being exported"):
         export_onnx(folder / "model", folder / "model", overwrite=True)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trainer_state.json").write_text("{}")
+    with pytest.raises(ValueError, match="holds a training run or checkpoint"):
+        run_script("export_onnx", "--model", folder / "model", "--output_dir", tmp_path / "run", "--overwrite_output_dir")
 
 
 def test_bad_models_inputs_and_folders_are_refused(trained, tmp_path):
