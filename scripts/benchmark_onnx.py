@@ -8,10 +8,11 @@ timed as scripts/benchmark.py times generate() (interleaved repetitions, medians
 """
 
 import argparse
-import json
+from pathlib import Path
 
 from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.cli import exit_on_error
+from nmt_toolkit.files import atomic_write_json
 from nmt_toolkit.lab.benchmark import SIZES, registered_members
 from nmt_toolkit.lab.onnx_speed import benchmark_onnx, format_report
 
@@ -24,14 +25,15 @@ def main(argv=None):
     parser.add_argument("--repeats", type=positive_int, default=3, help="interleaved repetitions (default 3)")
     parser.add_argument("--batch", type=positive_int, default=32, help="source sentences per call (default 32)")
     parser.add_argument("--new_tokens", type=positive_int, default=24, help="forced new tokens per sentence (default 24)")
-    parser.add_argument("--output", default=None, help="also write the report as JSON to this path")
+    parser.add_argument("--output", type=Path, default=None, help="also write the report as JSON to this path")
     args = parser.parse_args(argv)
+    if args.output is not None and args.output.is_dir():  # found before the minutes of work
+        parser.error(f"--output {args.output} is a folder; give the JSON file to write, e.g. {args.output}/onnx_speed.json.")
     report = benchmark_onnx(args.member, args.size, threads=args.threads, repeats=args.repeats, batch=args.batch,
                             new_tokens=args.new_tokens)
     print(format_report(report))
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as file:
-            json.dump(report, file, indent=2)
+    if args.output is not None:
+        atomic_write_json(args.output, report)
 
 
 if __name__ == "__main__":
