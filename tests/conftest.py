@@ -137,6 +137,21 @@ def tiny_model(case: str, seed: int = 0, **overrides):
     return AutoModelForSeq2SeqLM.from_config(tiny_config(case, **overrides)).eval()
 
 
+def train_on_pairs(model, tokenizer, pairs: list, steps: int, wrap: int):
+    """`steps` Adam steps (learning rate 3e-3) on batches of 32 (source, target) `pairs` taken in turn, the start
+    going back to 0 at `wrap`: the tests' small trained models. Returns the model in eval mode."""
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(steps):
+        batch = pairs[(32 * step) % wrap :][:32]
+        loss = model(**tokenizer([source for source, _ in batch], text_target=[target for _, target in batch],
+                                 return_tensors="pt", padding=True)).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
 def random_ids(batch: int, length: int, seed: int = 1, low: int = 3, high: int = 40) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(low, high, (batch, length), generator=generator)

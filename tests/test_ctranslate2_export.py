@@ -5,7 +5,7 @@ from pathlib import Path
 import ctranslate2
 import pytest
 import torch
-from conftest import run_script, tiny_model
+from conftest import run_script, tiny_model, train_on_pairs
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_dwlstm import ResidualTransformerConfig
@@ -74,17 +74,9 @@ def trained_export(request, tokenizer, tmp_path_factory):
     config = ResidualTransformerConfig(**tokenizer_model_kwargs(tokenizer), d_model=32, encoder_layers=2,
                                        decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=4,
                                        ffn_dim=64, max_position_embeddings=128, dropout=0.0, norm_position=request.param)
-    model = AutoModelForSeq2SeqLM.from_config(config).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for step in range(120):
-        batch = PAIRS[(32 * step) % 192:][:32]
-        loss = model(**tokenizer([english for english, _ in batch], text_target=[german for _, german in batch],
-                                 return_tensors="pt", padding=True)).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    model = train_on_pairs(AutoModelForSeq2SeqLM.from_config(config), tokenizer, PAIRS, steps=120, wrap=192)
     directory = tmp_path_factory.mktemp(f"trained-{request.param}")
-    model.eval().save_pretrained(directory / "model")
+    model.save_pretrained(directory / "model")
     tokenizer.save_pretrained(directory / "model")
     translator = ctranslate2.Translator(export_ctranslate2(directory / "model", directory / "ct2"), device="cpu",
                                         compute_type="float32")

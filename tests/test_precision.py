@@ -7,7 +7,7 @@ from collections import namedtuple
 
 import pytest
 import torch
-from conftest import CASES, random_ids, run_script, tiny_model
+from conftest import CASES, random_ids, run_script, tiny_model, train_on_pairs
 from peft import LoraConfig, get_peft_model
 from torch import nn
 from torch.overrides import TorchFunctionMode
@@ -288,16 +288,8 @@ def trained(tmp_path_factory):
         config = config_class(**tokenizer_model_kwargs(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
                               encoder_attention_heads=2, decoder_attention_heads=2, ffn_dim=64,
                               max_position_embeddings=128, dropout=0.0, **options)
-        model = AutoModelForSeq2SeqLM.from_config(config)
-        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-        for step in range(500):
-            batch = pairs[(32 * step) % 1888:][:32]
-            loss = model(**tokenizer([english for english, _ in batch], text_target=[german for _, german in batch],
-                                     return_tensors="pt", padding=True)).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        models[name], directories[name] = model.eval(), tmp_path_factory.mktemp(name)
+        model = train_on_pairs(AutoModelForSeq2SeqLM.from_config(config), tokenizer, pairs, steps=500, wrap=1888)
+        models[name], directories[name] = model, tmp_path_factory.mktemp(name)
         model.save_pretrained(directories[name])
         tokenizer.save_pretrained(directories[name])
     return Trained(tokenizer, models, directories, pairs[1900:])

@@ -530,15 +530,20 @@ def to_device(batch: dict, device: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def interleaved_medians(tasks: dict, repeats: int, device: str) -> dict:
-    """{key: seconds}: every task once per repetition, the order rotated each time, median over repetitions."""
+def interleaved_times(tasks: dict, repeats: int, device: str) -> dict:
+    """{key: [seconds of each repetition]}: every task once per repetition, the order rotated each time."""
     keys = list(tasks)
     times = {key: [] for key in keys}
     for repeat in range(repeats):
         shift = repeat % len(keys)
         for key in keys[shift:] + keys[:shift]:
             times[key].append(timed(tasks[key], device))
-    return {key: statistics.median(values) for key, values in times.items()}
+    return times
+
+
+def interleaved_medians(tasks: dict, repeats: int, device: str) -> dict:
+    """{key: seconds}: `interleaved_times`' median over repetitions."""
+    return {key: statistics.median(values) for key, values in interleaved_times(tasks, repeats, device).items()}
 
 
 def generation_tasks(models: dict, source: dict, settings: BenchmarkSettings) -> dict:
