@@ -148,3 +148,87 @@ def test_plots_write_pictures_and_reject_runs_without_validation(tmp_path):
         assert height > 300 and width > 400
     with pytest.raises(ValueError, match="no validation loss"):
         plot_training({"c": [{"step": 2, "loss": 3.0}]}, tmp_path / "x.png")
+
+
+def tiny_multilingual_experiment(folder: Path, **changes) -> Path:
+    """Three languages of Multi30k (60 training, 8 validation and 8 test sentences), four training directions, two
+    zero-shot ones; the Table 7 baseline, and that model fine-tuned with ROBT, compared with it."""
+    import gzip
+
+    from conftest import MULTI30K
+
+    corpus = folder / "corpus"
+    corpus.mkdir(parents=True)
+    for split, source, count in (("train", "train", 60), ("valid", "val", 8), ("test", "test_2016_flickr", 8)):
+        for language in ("en", "de", "fr"):
+            with gzip.open(MULTI30K / f"{source}.{language}.gz", "rt", encoding="utf-8") as lines:
+                (corpus / f"{split}.{language}").write_text("".join(next(lines) for _ in range(count)), encoding="utf-8")
+    spec = {
+        "name": "tiny-m2m",
+        "description": "Four directions, two zero-shot ones, two updates.",
+        "data": {"dataset": "corpus", "language_pairs": "en-de,de-en,en-fr,fr-en", "validation_split": "valid",
+                 "test_split": "test"},
+        "tokenizer": {"merges": 300, "min_frequency": 1},
+        "model": {**TINY_MODEL, "max_position_embeddings": 256},
+        "training": {"max_steps": 2, "max_tokens": 256, "learning_rate": 0.001, "warmup_steps": 1, "save_steps": 2,
+                     "eval_steps": 2, "logging_steps": 1, "save_total_limit": 1, "max_validation_pairs": 2,
+                     "sampling_temperature": 5},
+        "average_last": 1,
+        "evaluation": {"num_beams": 1, "max_new_tokens": 5, "language_pairs": "en-de,de-en,en-fr,fr-en,de-fr,fr-de",
+                       "pivot": "en", "average_subset": "en-de,de-en", "bootstrap_samples": 20},
+        "baseline": "laln-lalt",
+        "runs": [
+            {"name": "laln-lalt", "config": str(HUB_CONFIGS / "residual-prenorm-base-6l.json"),
+             "model": {"language_aware_norm": True, "language_aware_transform": True}},
+            {"name": "robt", "from": "laln-lalt", "training": {"robt": 1.0, "max_steps": 1, "save_steps": 1}},
+        ],
+        **changes,
+    }
+    path = folder / "experiment.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_multilingual_campaign_with_a_fine_tuning_stage(tmp_path):
+    experiment = tiny_multilingual_experiment(tmp_path)
+    output, record = tmp_path / "runs", tmp_path / "record"
+    done = run_experiments(experiment, output_dir=output, record_dir=record, threads=1)
+    assert [line.split(" (")[0] for line in done] == [
+        f"tokenizer {record / 'tokenizer'}",
+        *(f"{stage} {run}-seed1" for run in ("laln-lalt", "robt") for stage in ("train", "average", "evaluate", "record")),
+        f"table {record / 'results.md'}"]
+    robt = json.loads((record / "robt-seed1" / "record.json").read_text())
+    assert robt["from"] == "laln-lalt" and robt["steps"] == 1 and robt["robt_seconds"] > 0
+    assert f"--model_name_or_path {output / 'laln-lalt-seed1' / 'averaged'}" in robt["commands"]["train"]
+    assert "--robt 1.0" in robt["commands"]["train"] and "--config_overrides" not in robt["commands"]["train"]
+    assert "language_aware_norm=True,language_aware_transform=True" in json.loads(
+        (record / "laln-lalt-seed1" / "record.json").read_text())["commands"]["train"]
+    assert (record / "robt-seed1" / "test" / "de-fr" / "pivot_hypotheses.txt").is_file()
+
+    results = json.loads((record / "results.json").read_text())
+    rows = {row["run_id"]: row for row in results["rows"]}
+    assert rows["laln-lalt-seed1"]["win_ratio"] is None  # the baseline is not compared with itself
+    assert rows["robt-seed1"]["win_ratio"]["baseline"] == str(output / "laln-lalt-seed1" / "test" / "results.json")
+    assert set(rows["robt-seed1"]["win_ratio"]["groups"]) == {"out_of_english", "into_english", "zero_shot", "subset"}
+    assert rows["robt-seed1"]["total_seconds"] > rows["robt-seed1"]["train_seconds"] > 0
+    assert 0 < rows["robt-seed1"]["robt_seconds"] <= rows["robt-seed1"]["train_seconds"]
+    assert "pivot_sacrebleu" in rows["robt-seed1"]["averages"]["zero_shot"]
+    table = (record / "results.md").read_text()
+    assert "## Xu et al. 2024, Table 7" in table and "| robt-seed1 | laln-lalt |" in table
+    assert "## robt-seed1 against laln-lalt-seed1" in table and "p (bootstrap)" in table
+    assert run_experiments(experiment, output_dir=output, record_dir=record, threads=1) == [
+        "skip laln-lalt-seed1", "skip robt-seed1"]
+
+
+@pytest.mark.parametrize("runs, message", [
+    ([{"name": "b", "from": "a"}, {"name": "a", "config": "c.json"}], "starts from 'a', which is not a run listed before"),
+    ([{"name": "a", "config": "c.json"}, {"name": "b", "from": "a", "config": "c.json"}], "takes no `config` or `model`"),
+    ([{"name": "a", "config": "c.json", "seeds": [1]}, {"name": "b", "from": "a", "seeds": [2]}], "has not all its seeds"),
+    ([{"name": "a", "config": "c.json", "baseline": "b"}, {"name": "b", "config": "c.json"}], "list 'b' before it"),
+])
+def test_bad_multilingual_experiment_files_are_named(tmp_path, runs, message):
+    spec = json.loads(tiny_multilingual_experiment(tmp_path).read_text())
+    (tmp_path / "c.json").write_text((HUB_CONFIGS / "dwlstm-base-6l.json").read_text())
+    (tmp_path / "bad.json").write_text(json.dumps({**spec, "baseline": None, "runs": runs}))
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_experiment(tmp_path / "bad.json")
