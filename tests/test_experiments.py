@@ -232,3 +232,18 @@ def test_bad_multilingual_experiment_files_are_named(tmp_path, runs, message):
     (tmp_path / "bad.json").write_text(json.dumps({**spec, "baseline": None, "runs": runs}))
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         load_experiment(tmp_path / "bad.json")
+
+
+def test_the_multilingual_campaign_file_loads():
+    experiment = load_experiment(Path(__file__).resolve().parents[1] / "experiments" / "multi30k_multilingual.json")
+    assert experiment.multilingual and experiment.direction_flags() == ["--language_pairs",
+                                                                         "en-de,de-en,en-fr,fr-en,en-cs,cs-en"]
+    assert Path(experiment.data["dataset"]).name == "multi30k"
+    names = [run.name for run in experiment.runs]
+    assert names[0] == "residual-prenorm-laln-lalt" == experiment.run("dwlstm").baseline
+    assert experiment.run("dwlstm-laln-lalt").model["language_aware_norm"] is True
+    for run in experiment.runs[4:]:
+        assert run.parent in names[:4] and run.training["robt"] == 1.0 and run.model == {}
+        assert run.baseline == "residual-prenorm-laln-lalt-robt" and run.group == "robt"
+    zero_shot = {f"{s}-{t}" for s in ("de", "fr", "cs") for t in ("de", "fr", "cs") if s != t}
+    assert zero_shot <= set(experiment.evaluation["language_pairs"].split(",")) and experiment.evaluation["pivot"] == "en"
