@@ -219,3 +219,13 @@ def test_the_opus100_table7_baseline_preset():
         counts = [AutoModelForSeq2SeqLM.from_config(c).num_parameters() for c in (config, plain)]
     norms = (2 * 6 + 1) + (3 * 6 + 1)  # two per encoder layer, three per decoder layer, a final one per stack
     assert counts[0] - counts[1] == norms * 2 * 512 * (100 - 1) + 100 * 512 * 512
+
+
+def test_the_model_card_names_the_options_and_cites_their_paper():
+    from nmt_toolkit.hub import model_card
+
+    card = model_card(language_aware_model("dwlstm"), "Multi30k", None, repo_id="user/m2m")
+    assert "| language_aware_norm | `True` |" in card and "| language_aware_transform | `True` |" in card
+    assert "zhang2020improving" in card
+    plain = model_card(AutoModelForSeq2SeqLM.from_config(DwLstmConfig(**TINY)), "Multi30k", None, repo_id="user/x")
+    assert "language_aware" not in plain and "zhang2020improving" not in plain
