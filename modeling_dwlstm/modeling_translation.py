@@ -357,7 +357,7 @@ class TargetLanguage(NoTargetLanguage):
         if rows is None:
             raise ValueError("This language-aware model's decoder needs each sentence's target language, which the "
                              "encoder returns with its output (`target_language`): pass `encoder_outputs` as "
-                             "`model.get_encoder()(input_ids=...)` returns them, or `input_ids`.")
+                             "`model.get_encoder()(input_ids=...)` returns them, or `input_ids` instead of them.")
         self.rows = rows
 
 
