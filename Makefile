@@ -1,12 +1,14 @@
 # `make quickstart`: create .venv (reused when present), install the package, train and use a small model (~3 min).
 # `make test`: the same .venv and installation, then the linter (ruff, configured in pyproject.toml) and the test suite.
+# `make test-gpu`: the GPU check (tests/gpu, left out of `make test`) on a machine with a CUDA device and a
+# CUDA build of torch (TORCH_SPEC=torch==2.13.0 from PyPI is one); it fails at once when torch sees no CUDA device.
 # torch is pinned to the CPU build these machines keep on disk; an unpinned torch pulls a multi-GB CUDA build.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install quickstart test clean
+.PHONY: install quickstart test test-gpu clean
 
 install: $(STAMP)
 
@@ -22,7 +24,11 @@ quickstart: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -q tests
+	$(VENV)/bin/python -m pytest -q tests --ignore=tests/gpu
+
+test-gpu: $(STAMP)
+	$(VENV)/bin/python -c "import sys, torch; torch.cuda.is_available() or sys.exit('make test-gpu: torch ' + torch.__version__ + ' sees no CUDA device')"
+	$(VENV)/bin/python -m pytest -q -rs tests/gpu
 
 clean:
 	rm -rf $(VENV) *.egg-info quickstart-output

@@ -795,7 +795,14 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
         others = {task: entry for task, entry in (getattr(self.config, "custom_pipelines", None) or {}).items()
                   if not task.startswith("translation")}  # ours are rewritten: language_pairs may have changed
         self.config.custom_pipelines = {**others, **translation_pipeline_entries(self.config.language_pairs)}
-        super().save_pretrained(save_directory, *args, **kwargs)
+        # FSDP2 (`fully_shard`) gives a sharded model a subclass defined in torch: the code saved beside the weights
+        # and config.json's auto_map must name this family's class, not torch's files.
+        sharded_class = type(self)
+        self.__class__ = next(cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch."))
+        try:
+            super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            self.__class__ = sharded_class
 
 
 class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
@@ -838,6 +845,9 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
         for module in self.modules():  # the stacks and the language-aware parts read one TargetLanguage
             if getattr(module, "reads_target_language", False):
                 attach_shared(module, "target_language", self.target_language, owned=False)
+        # The layer classes this config builds, not every class a member may build: accelerate's FSDP wraps each
+        # class named here and refuses one the model lacks.
+        self._no_split_modules = sorted({encoder_layer_class.__name__, decoder_layer_class.__name__})
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -908,6 +918,7 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         super().__init__(config)
         self.model = self.base_model_class(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self._no_split_modules = self.model._no_split_modules
         self.post_init()
         # The papers decode with beam 4; translations need more than generate()'s default 20 tokens.
         self.generation_config.num_beams = 4
@@ -984,6 +995,8 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         input_ids = kwargs.get("input_ids", inputs)
         attention_mask = kwargs.get("attention_mask")
         if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and kwargs.get("encoder_outputs") is None:
+            if attention_mask is None:
+                attention_mask = kwargs["attention_mask"] = self.mask_from_padding(input_ids)
             lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full(input_ids.shape[:1], input_ids.shape[1])
             empty = (lengths == 0).nonzero().flatten().tolist()
             if empty:
@@ -993,6 +1006,15 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
                     "evaluate_translation.py do so and return '')."
                 )
         return super().generate(inputs, **kwargs)
+
+    def mask_from_padding(self, input_ids: torch.Tensor) -> torch.Tensor | None:
+        """The attention mask of padded sources given without one: transformers 5 no longer derives it from the pad id
+        for encoder-decoder models, so the padded sentences of a batch would attend to their padding and translate
+        differently than alone. None when nothing is padded (or the pad id is the end-of-sentence id)."""
+        pad, eos = self.config.pad_token_id, self.config.eos_token_id
+        if pad is None or pad == eos or not bool((input_ids == pad).any()):
+            return None
+        return input_ids.ne(pad).long()
 
 
 __all__ = [

@@ -81,13 +81,19 @@ def config_to_json(config: TranslationTransformerConfig) -> str:
     return json.dumps({"model_type": config.model_type, **values}, indent=2) + "\n"
 
 
-def write_hub_configs(directory: str | Path) -> list[Path]:
-    """Write every member x size x depth config into `directory`; return the paths."""
+def write_hub_configs(directory: str | Path, overwrite: bool = False) -> list[Path]:
+    """Write every member x size x depth config into `directory`; return the paths. A file of the same name that
+    holds something else (a preset edited by hand) is refused, before anything is written, unless `overwrite`."""
     directory = Path(directory)
+    texts = {directory / hub_config_name(member, size, encoder_layers, decoder_layers):
+             config_to_json(paper_config(member, size, encoder_layers, decoder_layers=decoder_layers))
+             for member, size, encoder_layers, decoder_layers in hub_config_settings()}
+    edited = sorted(path.name for path, text in texts.items() if path.is_file() and path.read_text() != text)
+    if edited and not overwrite:
+        raise ValueError(f"{directory} holds {len(edited)} preset(s) that differ from the papers' settings (e.g. "
+                         f"{edited[0]}, edited by hand?): pass --overwrite to replace them, or choose another "
+                         "--output_dir.")
     directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for member, size, encoder_layers, decoder_layers in hub_config_settings():
-        path = directory / hub_config_name(member, size, encoder_layers, decoder_layers)
-        path.write_text(config_to_json(paper_config(member, size, encoder_layers, decoder_layers=decoder_layers)))
-        written.append(path)
-    return written
+    for path, text in texts.items():
+        path.write_text(text)
+    return list(texts)

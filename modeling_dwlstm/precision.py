@@ -244,8 +244,20 @@ def linear_modules(model: nn.Module) -> list[nn.Linear]:
 
 
 def is_quantized(module: nn.Linear) -> bool:
-    """Whether `module` computes in int8 (`quantize_int8`) or its weight is another library's quantised tensor."""
-    return isinstance(module, Int8Projection) or type(module.weight) not in (nn.Parameter, torch.Tensor)
+    """Whether `module` computes in int8 (`quantize_int8`) or its weight is another library's quantised tensor (a
+    weight split over processes by FSDP, a DTensor, holds floats)."""
+    if isinstance(module, Int8Projection):
+        return True
+    return type(module.weight) not in (nn.Parameter, torch.Tensor) and not is_sharded(module.weight)
+
+
+def is_sharded(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` is a DTensor, i.e. split over processes (FSDP, tensor parallelism)."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
 
 
 __all__ = ["DTYPES", "INT8_ROUTES", "QUANTIZATIONS", "CpuFeatures", "FbgemmInt8Projection", "Int8Projection",

@@ -62,6 +62,8 @@ DIVERGED_ADVICE = ("training diverged. Use an earlier checkpoint, or train again
 TRAINING_RECORDS = re.compile(r"trainer_state\.json|training_args\.bin|optimizer\.pt|scheduler\.pt|scaler\.pt|"
                               r"rng_state.*\.pth|run_arguments\.json|averaged_from\.json|README\.md")
 FINGERPRINT_NAME = "fingerprint.json"
+# The settings a training checkpoint was made with (written by the training callback, compared when resuming).
+RUN_ARGUMENTS_NAME = "run_arguments.json"
 # Config fields that may change without changing what the weights compute: bookkeeping, training-only settings (a
 # fine-tuning run may change dropout or label smoothing) and the directions the pipeline offers.
 FREE_CONFIG_FIELDS = re.compile(r"transformers_version|architectures|auto_map|custom_pipelines|dtype|torch_dtype|"
@@ -90,6 +92,9 @@ def last_checkpoints(run_dir: str | Path, count: int) -> list[Path]:
     if not Path(run_dir).is_dir():
         raise ValueError(f"{run_dir} is not a directory of training checkpoints.")
     checkpoints = complete_checkpoints(run_dir)
+    if not checkpoints and (Path(run_dir) / "trainer_state.json").is_file():
+        raise ValueError(f"{run_dir} is a checkpoint, not a run folder: give the run folder that holds it "
+                         f"({Path(run_dir).resolve().parent}), or the checkpoints themselves with --checkpoints.")
     if len(checkpoints) < count:
         raise ValueError(f"Asked for the last {count} checkpoints but {run_dir} has {len(checkpoints)} complete ones: "
                          f"{[path.name for path in checkpoints]}.")
@@ -107,9 +112,15 @@ def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str |
     (`check_same_model`); an existing `output_dir` is refused unless `overwrite` (it is then replaced once the new
     model is complete), and so is one that is or holds a checkpoint being averaged, or that another run is writing.
     """
+    if isinstance(checkpoint_dirs, (str, Path)):
+        raise ValueError(f"`checkpoint_dirs` must be a list of checkpoint folders, got the single path {checkpoint_dirs!r}"
+                         "; pass [path] to copy one checkpoint's model.")
     checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
     if not checkpoint_dirs:
         raise ValueError("`checkpoint_dirs` is empty: give at least one checkpoint to average.")
+    missing = [str(path) for path in checkpoint_dirs if not path.is_dir()]
+    if missing:
+        raise ValueError(f"No such checkpoint folder: {', '.join(missing)}. Check the paths (ls the run folder).")
     output_dir = Path(output_dir)
     check_inputs_outside(output_dir, {"the checkpoint": checkpoint_dirs}, "output_dir")
     claim_output_dir(output_dir)
@@ -141,6 +152,7 @@ def check_same_model(checkpoint_dirs: Sequence[Path]) -> None:
     Each checkpoint is verified first (`verify_model_files`)."""
     reference, seen = checkpoint_dirs[0], {}
     expected = model_fingerprint(reference)
+    check_same_run(checkpoint_dirs)
     for checkpoint in checkpoint_dirs:
         verify_model_files(checkpoint)
         digest = _weights_digest(checkpoint)
@@ -156,6 +168,29 @@ def check_same_model(checkpoint_dirs: Sequence[Path]) -> None:
         if None not in (found["tokenizer"], expected["tokenizer"]) and found["tokenizer"] != expected["tokenizer"]:
             raise ValueError(f"{checkpoint} and {reference} were trained with different tokenizers (their vocabularies "
                              "differ): their embeddings stand for different tokens and cannot be averaged.")
+
+
+def check_same_run(checkpoint_dirs: Sequence[Path]) -> None:
+    """Refuse checkpoints of different training runs (another seed, other data or settings, by their recorded run
+    arguments): two runs of one model start from different weights, and the mean of their weights is no model at
+    all. Folders without recorded arguments (final or averaged models) are not compared."""
+    recorded = {path: _read_json(path / RUN_ARGUMENTS_NAME) for path in checkpoint_dirs
+                if (path / RUN_ARGUMENTS_NAME).is_file()}
+    if len(recorded) < 2:
+        return
+    (reference, expected), *others = recorded.items()
+    for checkpoint, arguments in others:
+        changed = sorted(name for name in set(expected) | set(arguments) if expected.get(name) != arguments.get(name))
+        if changed:
+            shown = ", ".join(f"{name} {expected.get(name)!r} -> {arguments.get(name)!r}" if not isinstance(
+                expected.get(name), dict) else f"another {name}" for name in changed[:3])
+            raise ValueError(f"{checkpoint} and {reference} are checkpoints of different training runs ({shown}): the "
+                             "mean of two runs' weights is no model. Average the last checkpoints of one run.")
+
+
+def weights_digest(folder: str | Path) -> str | None:
+    """A digest of a saved model's weight files (see `_weights_digest`); None for a folder without weights."""
+    return _weights_digest(Path(folder)) if Path(folder).is_dir() else None
 
 
 def _weights_digest(checkpoint: Path) -> str | None:
@@ -310,6 +345,7 @@ def check_saved_model_folder(folder: Path) -> None:
     """
     verify_model_files(folder)
     config_path = folder / "config.json"
+    check_not_unfinished_run(folder)
     if not config_path.is_file():
         raise ValueError(f"{folder} holds no config.json: not a saved model folder (save_pretrained writes one).")
     try:
@@ -334,6 +370,16 @@ def check_saved_model_folder(folder: Path) -> None:
             raise ValueError(f"{path} is truncated or corrupted ({error}); save the model again or use another "
                              "checkpoint.") from error
     check_config_fingerprint(folder)
+
+
+def check_not_unfinished_run(folder: Path, what: str = "--model") -> None:
+    """Refuse, naming its checkpoints, a training run folder without its final model (a run that was stopped or is
+    still going): its model is in the checkpoints."""
+    checkpoints = complete_checkpoints(folder) if not (folder / "config.json").is_file() else []
+    if checkpoints:
+        raise ValueError(f"{what} {folder} is a training run without a final model (stopped, or still training): give "
+                         f"one of its checkpoints ({checkpoints[-1]}), or average the last ones with "
+                         "scripts/average_checkpoints.py.")
 
 
 def save_pretrained_atomically(saveable, output_dir) -> Path:
@@ -380,6 +426,7 @@ def load_saved_tokenizer(name_or_path, what: str = "--tokenizer_name_or_path", t
     folder = Path(name_or_path)
     if folder.is_dir():
         verify_model_files(folder)
+        check_not_unfinished_run(folder, what)
         if not (folder / "tokenizer.json").is_file():
             raise ValueError(f"{what} {folder} holds no tokenizer.json: not a complete tokenizer folder "
                              "(scripts/train_tokenizer.py writes tokenizer.json and tokenizer_config.json).")
@@ -413,6 +460,10 @@ def _copy_model_files(checkpoint: Path, destination: Path):
 
 __all__ = [
     "FINGERPRINT_NAME",
+    "RUN_ARGUMENTS_NAME",
+    "check_same_run",
+    "check_not_unfinished_run",
+    "weights_digest",
     "TRAINING_RECORDS",
     "average_checkpoints",
     "architecture",

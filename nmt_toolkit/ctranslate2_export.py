@@ -69,7 +69,7 @@ def export_ctranslate2(model_dir: str, output_dir: str, quantization: str | None
     model = load_saved_model(model_dir, "--model")
     check_exportable(model)
     tokenizer = load_saved_tokenizer(model_dir, "--model")
-    prepare_output_dir(output_dir, overwrite)
+    prepare_output_dir(output_dir, overwrite, replaced_whole=True)
     return convert_loaded(model, tokenizer, output_dir, quantization)
 
 

@@ -29,6 +29,7 @@ Hub datasets cannot be fixed by the user, so their (few) empty pairs are dropped
 import gzip
 import json
 import logging
+import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -231,8 +232,14 @@ def train_sentence_tokenizer(sentences, merges: int = 32000, language_tags: Sequ
         alphabet.update(sentence)
     alphabet.discard(" ")
     vocab_size = len(SPECIAL_TOKENS) + len(language_tags) + len(alphabet) + merges
-    return train_joint_bpe_tokenizer(sentences(), vocab_size, language_tags,
-                                     min_frequency=min_frequency, model_max_length=model_max_length)
+    tokenizer = train_joint_bpe_tokenizer(sentences(), vocab_size, language_tags,
+                                          min_frequency=min_frequency, model_max_length=model_max_length)
+    learnt = len(tokenizer) - (vocab_size - merges)
+    if learnt < merges / 2:  # a few short is normal (small corpora); far fewer is a character-level tokenizer
+        logger.warning("Only %d of the %d merges asked for were learnt: few pairs of symbols occur min_frequency=%d "
+                       "times in this corpus. Lower --min_frequency or --merges, or train on more text.", learnt,
+                       merges, min_frequency)
+    return tokenizer
 
 
 def corpus_sentences(corpora: Sequence[datasets.Dataset], languages: Sequence[str]) -> Iterator[str]:
@@ -265,9 +272,17 @@ def _read_folder(folder: Path, split: str, languages: tuple[str, str], max_pairs
 
 
 def _text_file(folder: Path, split: str, language: str) -> Path:
-    for name in (f"{split}.{language}", f"{split}.{language}.gz"):
-        if (folder / name).is_file():
-            return folder / name
+    candidates = [folder / f"{split}.{language}", folder / f"{split}.{language}.gz"]
+    found = [path for path in candidates if path.is_file()]
+    if len(found) == 2:  # which one is current cannot be known: reading either could be the wrong one
+        raise ValueError(f"{folder} holds both {found[0].name} and {found[1].name}: keep one of them (move the other "
+                         "away), so that it is clear which is read.")
+    if found:
+        return found[0]
+    for path in candidates:
+        if path.is_symlink():
+            raise ValueError(f"{path} is a broken symbolic link (to {os.readlink(path)}, which does not exist): "
+                             "point it at the file, or copy the file there.")
     files = sorted(path.name for path in folder.iterdir() if path.is_file())
     found = sorted({name.removesuffix(".gz").rsplit(".", 1)[-1] for name in files if name.startswith(f"{split}.")})
     splits = sorted({name.split(".")[0] for name in files if name.count(".") >= 1})
@@ -326,6 +341,9 @@ def _read_json_lines(path: Path, languages: tuple[str, str], max_pairs: int | No
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
+            if not pairs and not path.name.endswith(JSON_LINES_SUFFIXES):  # a text file given for the corpus
+                raise ValueError(f"{path} is not a JSON-lines file (its line {number} is not JSON): give the folder "
+                                 "that holds {split}.{lang}[.gz] files, or a .jsonl file of pairs.") from error
             raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}).") from error
         record = record.get("translation", record) if isinstance(record, dict) else record
         if not isinstance(record, dict):

@@ -35,7 +35,7 @@ from modeling_dwlstm.tokenization_dwlstm import LANGUAGE_TAG
 
 from .arguments import check_device, check_finite_number, check_positive_int
 from .batching import pack_by_tokens
-from .checkpoints import load_saved_model, load_saved_tokenizer
+from .checkpoints import load_saved_model, load_saved_tokenizer, weights_digest
 from .data import load_parallel_corpus
 from .files import (
     atomic_write_json,
@@ -306,6 +306,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     )
     results = {
         "model": args.model,
+        "model_weights_sha256": weights_digest(args.model),
         "test_set": args.data or args.source_file,
         "split": args.split if args.data else None,
         "source_lang": args.source_lang,
@@ -428,6 +429,9 @@ def _read_test_set(args: EvaluationArguments) -> tuple[list[str], list[str]]:
         return [pair[args.source_lang] for pair in pairs], [pair[args.target_lang] for pair in pairs]
     if args.source_file is None or args.reference_file is None:
         raise ValueError("--source_file and --reference_file go together: give both.")
+    if Path(args.source_file).resolve() == Path(args.reference_file).resolve():
+        raise ValueError(f"--source_file and --reference_file are the same file ({args.source_file}): the translations "
+                         "would be scored against their own sources. Give the target-language references.")
     sources, references = read_lines(args.source_file), read_lines(args.reference_file)
     check_parallel(sources, references, f"sources in {args.source_file}", f"references in {args.reference_file}")
     return sources[: args.max_pairs], references[: args.max_pairs]
@@ -663,7 +667,8 @@ def evaluate_directions(args) -> dict:
     pivot_seconds = _score_pivot(model, tokenizer, tests, pivoted, args, identifier, directions, averages, groups) \
         if pivoted else None
     results = {
-        "model": args.model, "test_set": args.data, "split": args.split, "num_beams": args.num_beams,
+        "model": args.model, "model_weights_sha256": weights_digest(args.model), "test_set": args.data,
+        "split": args.split, "num_beams": args.num_beams,
         "length_penalty": args.length_penalty, "max_tokens": args.max_tokens,
         "language_id": "py3langid, restricted to the evaluated languages" if identifier else None,
         "off_target_skipped": off_target_skipped,
@@ -792,6 +797,11 @@ def results_table(results: Mapping, baseline: Mapping | None = None) -> list[str
     --baseline_results); then the win ratios, overall and per group, and the subset's averages out of and into
     English (the papers' BLEU4)."""
     with_baseline = baseline is not None
+    if with_baseline:
+        missing = [name for name in results["directions"] if name not in baseline.get("directions", {})]
+        if missing:
+            raise ValueError(f"The baseline has no {missing} (it has {sorted(baseline.get('directions', {}))}): give "
+                             "the baseline's results.json of the same directions.")
     with_pivot = any("pivot" in scores for scores in results["directions"].values())
     header = ("| direction | sacreBLEU | chrF | off-target |" + (" pivot sacreBLEU | pivot off-target |" if with_pivot else "")
               + (" baseline sacreBLEU | p (bootstrap) |" if with_baseline else ""))

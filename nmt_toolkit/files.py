@@ -21,6 +21,7 @@ import atexit
 import contextlib
 import errno
 import functools
+import gzip
 import hashlib
 import json
 import logging
@@ -68,13 +69,25 @@ def split_lines(text: str) -> list[str]:
 BYTE_ORDER_MARK = "\ufeff"  # some Windows editors start UTF-8 files with it; it is no part of the first sentence
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def read_lines(path: str | os.PathLike) -> list[str]:
-    """The lines of a UTF-8 text file by `split_lines`, without a byte-order mark; an unreadable file, or one whose
-    lines end in lone carriage returns, gives a ValueError naming it."""
+    """The lines of a UTF-8 text file (gzip-compressed or not) by `split_lines`, without a byte-order mark; an
+    unreadable file, one that is not UTF-8, or one whose lines end in lone carriage returns gives a ValueError naming
+    it and saying what to do."""
     try:
-        text = Path(path).read_bytes().decode("utf-8").removeprefix(BYTE_ORDER_MARK)
-    except (OSError, UnicodeDecodeError) as error:
+        data = Path(path).read_bytes()
+        if data.startswith(GZIP_MAGIC):  # test.de.gz, as the corpus folders hold them
+            data = gzip.decompress(data)
+    except (OSError, EOFError, gzip.BadGzipFile) as error:
         raise ValueError(f"Cannot read the text file {path}: {error}") from error
+    try:
+        text = data.decode("utf-8").removeprefix(BYTE_ORDER_MARK)
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ValueError(f"{path} is not UTF-8 text ({error.reason} on line {line}): convert it, e.g. "
+                         f"iconv -f latin1 -t utf-8 < old > new.") from error
     check_line_ends(path, text.count("\n"), text.count("\r") - text.count("\r\n"))
     return split_lines(text)
 
@@ -89,13 +102,6 @@ def check_line_ends(path, line_ends: int, lone_returns: int) -> None:
                          "tr '\\r' '\\n' < old > new.")
 
 
-def _umask() -> int:
-    """The process's umask (read by setting it and setting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` (UTF-8) to `path` through a temporary file beside it and a rename; return the path."""
     path = Path(path)
@@ -107,7 +113,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             file.write(text)
             file.flush()
             os.fsync(file.fileno())
-            os.chmod(file.fileno(), 0o666 & ~_umask())  # tempfile makes it private (0600); a file is not
+            os.fchmod(file.fileno(), 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the folder's other users
         except BaseException:
             file.close()
             temporary.unlink(missing_ok=True)
@@ -131,10 +137,12 @@ def atomic_directory(path: str | os.PathLike, replace: bool = False) -> Iterator
     path = Path(path)
     if path.exists() and not replace:
         raise ValueError(f"{path} already exists; choose a new output folder (nothing is overwritten).")
+    if replace:
+        check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".incomplete", dir=path.parent))
-    staging.chmod(0o777 & ~_umask())  # mkdtemp makes it private (0700); a folder is not
     try:
+        staging.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would hide the saved folder from other users
         yield staging
         if path.exists():
             old = staging.with_name(staging.name.removesuffix(".incomplete") + ".old")
@@ -148,12 +156,19 @@ def atomic_directory(path: str | os.PathLike, replace: bool = False) -> Iterator
         raise
 
 
-def prepare_output_dir(path: str | os.PathLike, overwrite: bool = False, flag: str = "--overwrite_output_dir") -> Path:
+def prepare_output_dir(path: str | os.PathLike, overwrite: bool = False, flag: str = "--overwrite_output_dir",
+                       replaced_whole: bool = False) -> Path:
     """Claim `path` (`claim_output_dir`), create it if needed and check, before any work, that it is empty (unless
-    `overwrite`) and writable."""
+    `overwrite`) and writable. `replaced_whole`: the run replaces the folder as a whole (a tokenizer, an averaged
+    model, an export), so with `overwrite` a folder holding a training run is refused (`check_replaceable`)."""
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise ValueError(f"Output folder {path} is a broken symbolic link (to {os.readlink(path)}, which does not "
+                         "exist); remove the link or choose another folder.")
     if path.exists() and not path.is_dir():
         raise ValueError(f"Output folder {path} is a file; choose another folder.")
+    if overwrite and replaced_whole:
+        check_replaceable(path, flag)
     try:
         claimed_now = _claim(path)
     except OSError as error:
@@ -179,6 +194,35 @@ def _check_empty(path: Path, overwrite: bool, flag: str) -> None:
             shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
             raise ValueError(f"Output folder {path} is not empty (holds {shown}); choose another folder, or pass "
                              f"{flag} to replace what is there.")
+
+
+# What marks a folder as a training run or a checkpoint: its optimizer state and Trainer records.
+TRAINING_STATE = ("trainer_state.json", "optimizer.pt", "scheduler.pt")
+
+
+def check_replaceable(path: str | os.PathLike, flag: str = "--overwrite_output_dir") -> None:
+    """Refuse to replace `path` as a whole when it holds a training run or checkpoint: a tokenizer, an averaged model
+    or an export written over it would delete checkpoints and optimizer states that took hours to make (what
+    overwriting is for is an earlier output of the same kind)."""
+    path = Path(path)
+    if not path.is_dir():
+        return
+    found = [name for name in TRAINING_STATE if (path / name).is_file()]
+    found += sorted(folder.name for folder in path.glob("checkpoint-*") if (folder / "trainer_state.json").is_file())
+    if found:
+        raise ValueError(f"Output folder {path} holds a training run or checkpoint ({', '.join(found[:3])}"
+                         f"{', ...' if len(found) > 3 else ''}): {flag} would delete it. Choose another folder.")
+
+
+@functools.cache
+def _umask() -> int:
+    """The process's umask (read once: setting it to read it is not thread-safe)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_umask()  # at import, before any thread of ours runs
 
 
 def _unwritable(path: Path, error: OSError) -> ValueError:
@@ -471,6 +515,7 @@ __all__ = [
     "atomic_write_json",
     "atomic_directory",
     "prepare_output_dir",
+    "check_replaceable",
     "claim_output_dir",
     "claim_marker",
     "release_output_dir",

@@ -22,7 +22,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from modeling_dwlstm import MEMBERS
 from modeling_dwlstm.configuration_translation import FamilyMember
 
-from .checkpoints import check_finite_weights
+from .checkpoints import check_finite_weights, weights_digest
 from .evaluation import results_table
 from .files import atomic_write_text
 
@@ -171,6 +171,18 @@ def read_results(path: str | os.PathLike) -> dict:
         raise ValueError(f"{path} is not a results.json of scripts/evaluate_translation.py (no `sacrebleu` and no "
                          "`directions`).")
     return results
+
+
+def check_results_of(results: Mapping, model_dir: str | os.PathLike, results_path: str | os.PathLike) -> None:
+    """Refuse evaluation results of another model than `model_dir` (by the digest of the evaluated weights, recorded
+    in results.json, or taken from the evaluated folder where it still exists): the card would show its scores."""
+    evaluated = results.get("model")
+    recorded = results.get("model_weights_sha256") or (weights_digest(evaluated) if isinstance(evaluated, str) else None)
+    current = weights_digest(model_dir)
+    if None not in (recorded, current) and recorded != current:
+        raise ValueError(f"--results {results_path} are the scores of another model ({evaluated}, whose weights differ "
+                         f"from those in {model_dir}): the card would show them. Evaluate this model "
+                         "(scripts/evaluate_translation.py) and pass its results.json.")
 
 
 def _results_lines(results: Mapping) -> list[str]:

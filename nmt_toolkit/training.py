@@ -74,6 +74,7 @@ from .arguments import check_finite_number, check_positive_int
 from .back_translation import RandomOnlineBackTranslation
 from .batching import TokenBatchSampler
 from .checkpoints import (
+    RUN_ARGUMENTS_NAME,
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
     architecture,
@@ -99,6 +100,7 @@ from .files import (
     set_threads,
     verify_checksums,
 )
+from .launch import check_launch, check_ranks_agree
 from .metrics import translation_compute_metrics
 from .multilingual import (
     TemperatureTokenBatchSampler,
@@ -108,6 +110,7 @@ from .multilingual import (
     split_by_direction,
     tokenize_directions,
 )
+from .sharding import ShardedLayersCallback
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +174,9 @@ class DataArguments:
             check_positive_int(getattr(self, name), f"--{name}", allow_none=True)
         check_finite_number(self.sampling_temperature, "--sampling_temperature", positive=True)
         check_finite_number(self.max_unknown_share, "--max_unknown_share", minimum=0)
+        if self.more_datasets and not self.language_pairs:
+            raise ValueError("--more_datasets adds sources to a multilingual run: pass --language_pairs (e.g. "
+                             "en-de), or leave --more_datasets out (one direction trains on --dataset alone).")
 
 
 @dataclass
@@ -203,6 +209,7 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         if self.output_dir is None:
             raise ValueError("Pass --output_dir: checkpoints and the final model are written there.")
         self._check_numbers()
+        check_launch(self)  # a launch that went wrong is refused here; several CPU processes imply --use_cpu
         if (self.bf16 or self.bf16_full_eval) and not torch.accelerator.is_available():
             features = cpu_features()
             if not features.native_bfloat16:
@@ -221,6 +228,13 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
                              f"--num_train_epochs epochs; got {self.max_steps!r}.")
         if self.max_steps == -1:
             check_finite_number(self.num_train_epochs, "--num_train_epochs", positive=True)
+        elif self.num_train_epochs != Seq2SeqTrainingArguments.__dataclass_fields__["num_train_epochs"].default:
+            raise ValueError(f"--num_train_epochs has no effect while --max_steps is set (it is {self.max_steps:,} "
+                             f"unless given): pass --max_steps -1 to train for {self.num_train_epochs:g} epochs, or "
+                             "leave --num_train_epochs out.")
+        rate = self.learning_rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:  # NaN too (inf diverges, said)
+            raise ValueError(f"--learning_rate must be a positive number, got {rate!r}.")
         check_positive_int(self.gradient_accumulation_steps, "--gradient_accumulation_steps")
         check_positive_int(self.per_device_eval_batch_size, "--per_device_eval_batch_size")
         check_positive_int(self.generation_num_beams, "--generation_num_beams", allow_none=True)
@@ -476,6 +490,9 @@ def read_config_file(path: str | Path) -> dict:
     """The settings of a model config JSON file (hub_configs/...), with a one-line error naming the file for a
     missing file, a JSON syntax error or a `model_type` that is not a known model type."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"Config file {path} is a folder; give a config JSON file (hub_configs/ lists the papers' "
+                         "models).")
     if not path.is_file():
         raise ValueError(f"Config file {path} does not exist; hub_configs/ lists the papers' models.")
     try:
@@ -490,7 +507,29 @@ def read_config_file(path: str | Path) -> dict:
         close = difflib.get_close_matches(str(model_type), family, n=1)
         raise ValueError(f"{path}: model_type {model_type!r} is not a known model type"
                          f"{f' (did you mean {close[0]!r}?)' if close else ''}; this family's types: {family}.")
+    check_config_fields(model_type, settings, str(path))
     return settings
+
+
+# Keys a saved config.json holds besides the config's fields (a model's config.json may be used as a config file).
+SAVED_CONFIG_KEYS = {"model_type", "architectures", "auto_map", "custom_pipelines", "transformers_version", "dtype",
+                     "torch_dtype", "_name_or_path"}
+
+
+def check_config_fields(model_type: str, settings: dict, where: str) -> None:
+    """Refuse settings that no field of `model_type`'s config reads: a config would keep them as unused attributes,
+    and the model would silently get the default instead ("num_layers" for "encoder_layers")."""
+    config = AutoConfig.for_model(model_type)
+    known = {*config.to_dict(), *type(config).attribute_map, *SAVED_CONFIG_KEYS}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        fields = sorted(config.to_dict())  # suggest the field names, not their aliases
+        close = {name: difflib.get_close_matches(name, fields, n=1, cutoff=0.6) for name in unknown}
+        hints = "; ".join(f"{name!r} (did you mean {close[name][0]!r}?)" if close[name] else repr(name)
+                          for name in unknown)
+        raise ValueError(f"{where}: {hints} {'is not a field' if len(unknown) == 1 else 'are not fields'} of "
+                         f"{model_type} configs, so the model would silently get the default. Use the field names "
+                         f"of the config (docs/members.md).")
 
 
 def apply_config_overrides(config, overrides: str) -> None:
@@ -521,6 +560,7 @@ def _resolve_resume(training_args: TranslationTrainingArguments, sources: dict |
     which deletes the old run's checkpoints, unless `sources` (flag -> path) are inside them), and it must be
     writable.
     """
+    check_ranks_agree(training_args)  # before any process takes itself for the main one
     if training_args.should_save:
         claim_output_dir(training_args.output_dir)  # first: another run still writing there is refused at once
     requested = training_args.resume_from_checkpoint
@@ -549,7 +589,21 @@ def _resolve_resume(training_args: TranslationTrainingArguments, sources: dict |
     elif not (Path(requested) / "trainer_state.json").is_file():
         raise ValueError(f"--resume_from_checkpoint {requested}: not a complete checkpoint (no trainer_state.json).")
     check_resumable(Path(requested), training_args.output_dir)
+    check_steps_left(Path(requested), training_args.max_steps)
     return str(requested)
+
+
+def check_steps_left(checkpoint: Path, max_steps: int) -> None:
+    """Refuse to resume a checkpoint that already has `max_steps` updates: the Trainer would train none and save the
+    checkpoint's model as the final model of a shorter run, without a word."""
+    try:
+        done = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # an unreadable state is named when the Trainer loads it
+    if max_steps > 0 and done >= max_steps:
+        raise ValueError(f"--resume_from_checkpoint {checkpoint.name}: it has {done} updates already, as many as "
+                         f"--max_steps {max_steps} or more, so nothing would be trained. Pass a larger --max_steps to "
+                         f"continue the run; the model at step {done} is the checkpoint itself.")
 
 
 def _newest_recorded(checkpoints: list[Path]) -> Path:
@@ -574,7 +628,8 @@ def _check_sources_kept(old_checkpoints: list[Path], sources: dict) -> None:
 
 
 # What resuming reads besides the weights and trainer_state.json; the Trainer silently starts afresh without them.
-RESUME_STATE_FILES = ("optimizer.pt", "scheduler.pt")
+# Each entry: the file's name, then its names under FSDP (the optimizer state whole, or one folder of shards).
+RESUME_STATE_FILES = (("optimizer.pt", "optimizer.bin", "optimizer_0"), ("scheduler.pt",))
 
 
 def check_resumable(checkpoint: Path, output_dir: str) -> None:
@@ -592,7 +647,7 @@ def check_resumable(checkpoint: Path, output_dir: str) -> None:
         raise ValueError(f"{name} has no {CHECKSUMS_NAME}, so its files cannot be verified (the file was deleted, or "
                          f"the checkpoint was not completely written). If you trust them, record them with "
                          f"{RECORD_COMMAND} {checkpoint}, then resume again; otherwise resume an earlier checkpoint.")
-    missing = [file for file in RESUME_STATE_FILES if not (checkpoint / file).is_file()]
+    missing = [names[0] for names in RESUME_STATE_FILES if not any((checkpoint / name).exists() for name in names)]
     missing += [] if list(checkpoint.glob("rng_state*.pth")) else ["rng_state.pth"]
     missing += [] if (checkpoint / WEIGHTS_NAME).is_file() or (checkpoint / WEIGHTS_INDEX_NAME).is_file() \
         else [WEIGHTS_NAME]
@@ -604,7 +659,6 @@ def check_resumable(checkpoint: Path, output_dir: str) -> None:
     verify_checksums(checkpoint)
 
 
-RUN_ARGUMENTS_NAME = "run_arguments.json"
 # Settings that a resumed run cannot change: the checkpoint's optimizer, schedule and batch order win (the
 # change would have no effect) or exact resuming breaks. max_steps, saving, logging and evaluation may change.
 FIXED_WHEN_RESUMING = (
@@ -800,7 +854,7 @@ def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_ar
         compute_metrics=translation_compute_metrics(tokenizer, target_lang=target_lang)
         if data_args.validation_bleu else None,
         callbacks=[WallClockCallback(), ReadableLogCallback(), CheckpointRecordCallback(arguments),
-                   TimeEstimateCallback(), *(callbacks or [])],
+                   TimeEstimateCallback(), ShardedLayersCallback(), *(callbacks or [])],
         max_tokens=data_args.max_tokens, sampling_temperature=data_args.sampling_temperature,
         back_translation=back_translation,
     )

@@ -21,7 +21,7 @@ from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.checkpoints import load_saved_model, load_saved_tokenizer
 from nmt_toolkit.cli import add_run_arguments, exit_on_error
 from nmt_toolkit.data import load_parallel_corpus
-from nmt_toolkit.evaluation import DEFAULT_MAX_TOKENS, tagged_languages, write_lines
+from nmt_toolkit.evaluation import DEFAULT_MAX_TOKENS, check_directions, tagged_languages, write_lines
 from nmt_toolkit.files import atomic_write_json, prepare_output_dir, set_threads
 from nmt_toolkit.lab.analysis import layer_nonlinearity
 from nmt_toolkit.lab.plotting_analysis import plot_layer_nonlinearity
@@ -56,6 +56,7 @@ def main(argv=None):
                          f"{[f'<2{code}>' for code in tagged_languages(tokenizer)]}); the layer analysis decodes "
                          "untagged sources. Analyse a bilingual model.")
     model = load_saved_model(args.model, "--model").to(args.device)
+    check_directions(model, tokenizer, [(args.source_lang, args.target_lang)], with_tags=False)  # warns if untrained
     train_pairs = read_pairs(args, args.train_split, args.fit_steps * args.fit_batch_size)
     test_pairs = read_pairs(args, args.split, args.max_sentences)
     results = layer_nonlinearity(model, tokenizer, train_pairs, test_pairs, fit_steps=args.fit_steps,

@@ -24,7 +24,7 @@ from nmt_toolkit.data import load_parallel_corpus
 from nmt_toolkit.files import atomic_write_json, prepare_output_dir, set_threads
 from nmt_toolkit.lab.depth_diagnosis import token_batches, trace_training
 from nmt_toolkit.lab.plotting_analysis import plot_depth_diagnosis
-from nmt_toolkit.training import read_config_file
+from nmt_toolkit.training import check_config_fields, read_config_file
 
 
 def read_overrides(text: str) -> dict:
@@ -65,8 +65,8 @@ def main(argv=None):
     if len(names) != len(args.configs):
         raise ValueError(f"--names gives {len(names)} names for {len(args.configs)} --configs.")
     overrides = read_overrides(args.config_overrides)
-    for path in args.configs:
-        read_config_file(path)  # a missing file, a JSON error or a model_type typo: named, before any work
+    for path in args.configs:  # a missing file, a JSON error, a model_type typo or an unknown field: before any work
+        check_config_fields(read_config_file(path)["model_type"], overrides, "--config_overrides")
     set_threads(args.threads)
     output_dir = prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before any work
     tokenizer = load_saved_tokenizer(args.tokenizer, "--tokenizer")

@@ -32,6 +32,8 @@ def main(argv=None):
     parser.add_argument("--warmup_steps", type=non_negative_int, default=40)
     parser.add_argument("--output", type=Path, default=Path("gradient_norms.json"))
     args = parser.parse_args(argv)
+    if args.output.is_dir():  # found before the work, not when the results are written
+        parser.error(f"--output {args.output} is a folder; give the JSON file to write, e.g. {args.output}/norms.json.")
 
     pairs = load_parallel_corpus(args.data_dir, args.source, args.target, "train", max_pairs=args.sentences)
     sources = [pair[args.source] for pair in pairs["translation"]]

@@ -9,7 +9,7 @@ while the run is still going). The work is done by `nmt_toolkit.lab.plotting.plo
 import argparse
 
 from nmt_toolkit.cli import exit_on_error
-from nmt_toolkit.lab.plotting import plot_training, read_log_history
+from nmt_toolkit.lab.plotting import check_figure_path, plot_training, read_log_history
 
 
 def main(argv=None):
@@ -22,6 +22,7 @@ def main(argv=None):
     labels = args.labels or [run.rstrip("/").split("/")[-1] for run in args.runs]
     if len(labels) != len(args.runs):
         parser.error(f"{len(args.runs)} runs but {len(labels)} labels: give one label per run.")
+    check_figure_path(args.output)  # before reading the runs
     histories = {label: read_log_history(run) for label, run in zip(labels, args.runs)}
     print(plot_training(histories, args.output, title=args.title))
 

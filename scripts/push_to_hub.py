@@ -14,7 +14,7 @@ import argparse
 import modeling_dwlstm  # noqa: F401  (registers the family, so the saved model carries its code)
 from nmt_toolkit.checkpoints import load_saved_model, load_saved_tokenizer
 from nmt_toolkit.cli import exit_on_error
-from nmt_toolkit.hub import model_card, push_translation_model, read_results
+from nmt_toolkit.hub import check_results_of, model_card, push_translation_model, read_results
 
 
 def main(argv=None):
@@ -29,6 +29,8 @@ def main(argv=None):
     model = load_saved_model(args.model, "--model")  # checked: checksums, finite weights
     tokenizer = load_saved_tokenizer(args.model, "--model")
     results = read_results(args.results) if args.results else None
+    if results is not None:
+        check_results_of(results, args.model, args.results)
     card = model_card(model, args.training_data, results, repo_id=args.repo_id)
     commit = push_translation_model(model, tokenizer, args.repo_id, card, private=args.private, token=args.token)
     print(f"Pushed {args.model} to {args.repo_id}: {commit.commit_url}")

@@ -12,6 +12,7 @@ make a folder whole: a model still needs its config and weights, a checkpoint it
 """
 
 import argparse
+import os
 from pathlib import Path
 
 from nmt_toolkit.checkpoints import record_saved_folder
@@ -25,6 +26,9 @@ def main(argv=None):
     for folder in map(Path, args.folders):
         if not folder.is_dir():
             raise ValueError(f"{folder} is not a folder; give a saved model, checkpoint or tokenizer folder.")
+        if not os.access(folder, os.W_OK):  # checked first: the error would name a temporary file
+            raise ValueError(f"{folder} cannot be written by this user (permission denied): run this as the folder's "
+                             "owner, or record a copy of it.")
         print(f"Recorded {folder} as it is now: {record_saved_folder(folder)}")
 
 

@@ -49,10 +49,13 @@ def main(argv=None):
         parser.error("--language_pairs replaces --source_lang/--target_lang: pass one or the other.")
     if not args.language_pairs and not (args.source_lang and args.target_lang):
         parser.error("Pass --source_lang and --target_lang, or --language_pairs.")
+    if args.more_datasets and not args.language_pairs:
+        parser.error("--more_datasets adds sources to a multilingual tokenizer: pass --language_pairs (e.g. en-de), or "
+                     "leave --more_datasets out.")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     more = [source.partition("=")[0] for source in args.more_datasets]
     check_inputs_outside(args.output_dir, {"--dataset": args.dataset, "--more_datasets": more})  # it is replaced whole
-    prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before reading and training, not after
+    prepare_output_dir(args.output_dir, args.overwrite_output_dir, replaced_whole=True)  # before reading and training
 
     settings = {"merges": args.merges, "min_frequency": args.min_frequency, "model_max_length": args.model_max_length}
     if args.language_pairs:

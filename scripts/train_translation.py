@@ -7,6 +7,7 @@ Single process:
 Several processes (same arguments):
     accelerate launch --multi_gpu --num_processes 8 scripts/train_translation.py ...
     torchrun --nproc_per_node 8 scripts/train_translation.py ...
+    accelerate launch --config_file examples/accelerate/fsdp2.yaml scripts/train_translation.py ...   (fully sharded)
 Continue a killed run: add `--resume_from_checkpoint last`. `--help` lists every option, including all of
 `Seq2SeqTrainingArguments`.
 """

@@ -119,8 +119,9 @@ def test_a_second_tokenizer_run_into_a_folder_in_use_is_refused_naming_the_first
 
 def test_a_second_evaluation_is_refused_and_a_killed_runs_claim_is_taken_over(saved, tmp_path):
     (tmp_path / "src.txt").write_text("a man rides .\ntwo dogs .\n")
+    (tmp_path / "ref.txt").write_text("ein mann reitet .\nzwei hunde .\n")
     arguments = EvaluationArguments(model=str(saved), output_dir=str(tmp_path / "eval"), num_beams=1, max_new_tokens=3,
-                                    source_file=str(tmp_path / "src.txt"), reference_file=str(tmp_path / "src.txt"),
+                                    source_file=str(tmp_path / "src.txt"), reference_file=str(tmp_path / "ref.txt"),
                                     source_lang="en", target_lang="de", add_language_tag=True)
     with claimed_by_another_run(tmp_path / "eval") as first:
         with pytest.raises(ValueError, match=rf"is in use by another run \(pid {first.pid} on .*: wait until it ends"):

@@ -303,18 +303,20 @@ def trained(tmp_path_factory):
     return Trained(tokenizer, models, directories, pairs[1900:])
 
 
-# Largest logit change relative to the largest logit, teacher-forced on 32 test pairs: measured 0.020
-# (bfloat16), 0.029-0.037 (int8), 0.032-0.040 (both; torchao's route before: 0.030-0.052 and 0.051-0.057), with
-# 99.7-100% the same argmax; the bounds leave room for other CPUs' kernels (7-bit int8 ranges without VNNI, AMX).
-LOGIT_BOUND = {("bfloat16", "none"): 0.04, ("float32", "int8"): 0.1, ("bfloat16", "int8"): 0.12}
+# Logit error teacher-forced on 32 test pairs, as RMS(change) / RMS(logits): measured 0.011-0.012 (bfloat16),
+# 0.032-0.039 (int8), 0.034-0.042 (both), with 99.7-100% the same argmax; the largest single change, relative to the
+# largest logit, reaches 0.15 on the fbgemm route (7-bit activations, pre-norm's outlier rows) and is only bounded
+# loosely. The bounds leave room for other CPUs' kernels (7-bit int8 ranges without VNNI, AMX).
+LOGIT_BOUND = {("bfloat16", "none"): 0.025, ("float32", "int8"): 0.07, ("bfloat16", "int8"): 0.08}
+LARGEST_LOGIT_CHANGE = 0.3
 
 
 @pytest.mark.parametrize("name", ["dwlstm", "residual-pre"])
 @pytest.mark.parametrize("dtype, quantize", list(LOGIT_BOUND))
 @pytest.mark.usefixtures("native_bfloat16", "route")
 def test_low_precision_decodes_like_float32(trained, name, dtype, quantize):
-    """What is asserted: logits within LOGIT_BOUND, the same teacher-forced argmax at >= 98% of target positions
-    (measured >= 99.2%), and >= 26 of 32 greedy translations identical (measured 28-32): a tiny model's
+    """What is asserted: the logits' RMS change within LOGIT_BOUND, the same teacher-forced argmax at >= 98% of
+    target positions (measured >= 99.2%), and >= 26 of 32 greedy translations identical (measured 28-32): a tiny model's
     margins are narrow, so a few near-ties flip; BLEU on trained Multi30k models is in docs/inference.md."""
     tokenizer, models, _, test = trained
     model = models[name]
@@ -324,7 +326,9 @@ def test_low_precision_decodes_like_float32(trained, name, dtype, quantize):
     with torch.no_grad():
         expected, logits = model(**batch).logits, low(**batch).logits.float()
     keep = batch["labels"] != tokenizer.pad_token_id
-    assert (logits - expected)[keep].abs().max() < LOGIT_BOUND[dtype, quantize] * expected[keep].abs().max()
+    change, kept = (logits - expected)[keep], expected[keep]
+    assert change.pow(2).mean().sqrt() < LOGIT_BOUND[dtype, quantize] * kept.pow(2).mean().sqrt()
+    assert change.abs().max() < LARGEST_LOGIT_CHANGE * kept.abs().max()
     assert (logits.argmax(-1) == expected.argmax(-1))[keep].float().mean() >= 0.98
     greedy = {"num_beams": 1, "max_new_tokens": 40}
     same = sum(a == b for a, b in zip(translate_sentences(low, tokenizer, sources, **greedy).hypotheses,

@@ -172,10 +172,11 @@ def test_output_folders_are_refused_when_not_empty_and_checked_for_writability(t
 def test_evaluation_refuses_a_folder_with_another_systems_hypotheses_before_loading(saved, tmp_path):
     folder, _, _ = saved
     (tmp_path / "src").write_text("a man .\n")
+    (tmp_path / "ref").write_text("ein mann .\n")
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "hypotheses.txt").write_text("baseline\n")
     arguments = EvaluationArguments(model=str(tmp_path / "no-such-model"), output_dir=str(tmp_path / "eval"),
-                                    source_file=str(tmp_path / "src"), reference_file=str(tmp_path / "src"))
+                                    source_file=str(tmp_path / "src"), reference_file=str(tmp_path / "ref"))
     with pytest.raises(ValueError, match="not empty"):
         run_evaluation(arguments)
     arguments.overwrite_output_dir, arguments.baseline_hypotheses = True, str(tmp_path / "eval" / "hypotheses.txt")

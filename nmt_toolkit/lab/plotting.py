@@ -87,8 +87,21 @@ def _pyplot():
     return plt
 
 
-def _save(figure, path: str | Path) -> Path:
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".tif", ".tiff")
+
+
+def check_figure_path(path: str | Path, flag: str = "--output") -> Path:
+    """Refuse a figure path without a picture's extension: matplotlib would write "curves.png" for "curves" (not the
+    file named), and a typo such as run/trainer_state.json would be written over."""
     path = Path(path)
+    if path.suffix.lower() not in FIGURE_SUFFIXES:
+        raise ValueError(f"{flag} {path}: a figure file name ends in {', '.join(FIGURE_SUFFIXES[:3])}, ... "
+                         f"(got {path.suffix or 'no extension'}); name the picture to write, e.g. curves.png.")
+    return path
+
+
+def _save(figure, path: str | Path) -> Path:
+    path = check_figure_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
