@@ -1,11 +1,13 @@
 """The results runner end to end on a tiny experiment (two members, four updates), its skip / resume
 behaviour and the table it writes; the experiment-file checks; the two plotting functions."""
 
+import gzip
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from conftest import MULTI30K
 
 from nmt_toolkit.lab.experiments import load_experiment, run_experiments, write_results_table
 from nmt_toolkit.lab.plotting import plot_bleu_intervals, plot_training, read_log_history
@@ -151,41 +153,30 @@ def test_plots_write_pictures_and_reject_runs_without_validation(tmp_path):
 
 
 def tiny_multilingual_experiment(folder: Path, **changes) -> Path:
-    """Three languages of Multi30k (60 training, 8 validation and 8 test sentences), four training directions, two
-    zero-shot ones; the Table 7 baseline, and that model fine-tuned with ROBT, compared with it."""
-    import gzip
-
-    from conftest import MULTI30K
-
-    corpus = folder / "corpus"
-    corpus.mkdir(parents=True)
+    """`tiny_experiment`'s splits with three languages of Multi30k (60 training, 8 validation and 8 test sentences),
+    four training directions, two zero-shot ones; the Table 7 baseline, and that model fine-tuned with ROBT, compared
+    with it."""
+    path = tiny_experiment(
+        folder, name="tiny-m2m", description="Four directions, two zero-shot ones, two updates.",
+        data={"dataset": "corpus", "language_pairs": "en-de,de-en,en-fr,fr-en", "validation_split": "valid",
+              "test_split": "test"},
+        tokenizer={"merges": 300, "min_frequency": 1}, model={**TINY_MODEL, "max_position_embeddings": 256},
+        training={"max_steps": 2, "max_tokens": 256, "learning_rate": 0.001, "warmup_steps": 1, "save_steps": 2,
+                  "eval_steps": 2, "logging_steps": 1, "save_total_limit": 1, "max_validation_pairs": 2,
+                  "sampling_temperature": 5},
+        average_last=1,
+        evaluation={"num_beams": 1, "max_new_tokens": 5, "language_pairs": "en-de,de-en,en-fr,fr-en,de-fr,fr-de",
+                    "pivot": "en", "average_subset": "en-de,de-en", "bootstrap_samples": 20},
+        baseline="laln-lalt",
+        runs=[{"name": "laln-lalt", "config": str(HUB_CONFIGS / "residual-prenorm-base-6l.json"),
+               "model": {"language_aware_norm": True, "language_aware_transform": True}},
+              {"name": "robt", "from": "laln-lalt", "training": {"robt": 1.0, "max_steps": 1, "save_steps": 1}}],
+        **changes)
     for split, source, count in (("train", "train", 60), ("valid", "val", 8), ("test", "test_2016_flickr", 8)):
-        for language in ("en", "de", "fr"):
+        for language in ("en", "de", "fr"):  # Multi30k's lines in place of the generated en-de corpus
             with gzip.open(MULTI30K / f"{source}.{language}.gz", "rt", encoding="utf-8") as lines:
-                (corpus / f"{split}.{language}").write_text("".join(next(lines) for _ in range(count)), encoding="utf-8")
-    spec = {
-        "name": "tiny-m2m",
-        "description": "Four directions, two zero-shot ones, two updates.",
-        "data": {"dataset": "corpus", "language_pairs": "en-de,de-en,en-fr,fr-en", "validation_split": "valid",
-                 "test_split": "test"},
-        "tokenizer": {"merges": 300, "min_frequency": 1},
-        "model": {**TINY_MODEL, "max_position_embeddings": 256},
-        "training": {"max_steps": 2, "max_tokens": 256, "learning_rate": 0.001, "warmup_steps": 1, "save_steps": 2,
-                     "eval_steps": 2, "logging_steps": 1, "save_total_limit": 1, "max_validation_pairs": 2,
-                     "sampling_temperature": 5},
-        "average_last": 1,
-        "evaluation": {"num_beams": 1, "max_new_tokens": 5, "language_pairs": "en-de,de-en,en-fr,fr-en,de-fr,fr-de",
-                       "pivot": "en", "average_subset": "en-de,de-en", "bootstrap_samples": 20},
-        "baseline": "laln-lalt",
-        "runs": [
-            {"name": "laln-lalt", "config": str(HUB_CONFIGS / "residual-prenorm-base-6l.json"),
-             "model": {"language_aware_norm": True, "language_aware_transform": True}},
-            {"name": "robt", "from": "laln-lalt", "training": {"robt": 1.0, "max_steps": 1, "save_steps": 1}},
-        ],
-        **changes,
-    }
-    path = folder / "experiment.json"
-    path.write_text(json.dumps(spec))
+                (folder / "corpus" / f"{split}.{language}").write_text("".join(next(lines) for _ in range(count)),
+                                                                       encoding="utf-8")
     return path
 
 
