@@ -225,6 +225,13 @@ def test_bad_multilingual_experiment_files_are_named(tmp_path, runs, message):
         load_experiment(tmp_path / "bad.json")
 
 
+def test_a_multilingual_experiment_naming_one_direction_too_is_refused(tmp_path):
+    spec = json.loads(tiny_multilingual_experiment(tmp_path).read_text())
+    (tmp_path / "bad.json").write_text(json.dumps({**spec, "data": {**spec["data"], "source_lang": "en"}}))
+    with pytest.raises(ValueError, match="give one or the other"):
+        load_experiment(tmp_path / "bad.json")
+
+
 def test_the_multilingual_campaign_file_loads():
     experiment = load_experiment(Path(__file__).resolve().parents[1] / "experiments" / "multi30k_multilingual.json")
     assert experiment.multilingual and experiment.direction_flags() == ["--language_pairs",

@@ -113,6 +113,9 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     _check_keys(data, {"dataset", "source_lang", "target_lang", "language_pairs", "train_split", "validation_split",
                        "test_split"},
                 {"dataset"} | (set() if "language_pairs" in data else {"source_lang", "target_lang"}), f"{path}: data")
+    if "language_pairs" in data and {"source_lang", "target_lang"} & set(data):
+        raise ValueError(f"{path}: data names `language_pairs` (a multilingual experiment) and `source_lang`/"
+                         "`target_lang` (one direction); give one or the other.")
     local = path.parent / data["dataset"]
     if local.exists() or not _looks_like_hub_id(data["dataset"]):
         if not local.exists():
