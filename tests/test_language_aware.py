@@ -19,6 +19,7 @@ from modeling_dwlstm.modeling_dwlstm import LanguageAwareDepthWiseLstmGates
 from modeling_dwlstm.modeling_translation import LanguageAwareLayerNorm
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit.ctranslate2_export import check_exportable
+from nmt_toolkit.hub import model_card
 from nmt_toolkit.quickstart_corpus import generate_pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -222,8 +223,6 @@ def test_the_opus100_table7_baseline_preset():
 
 
 def test_the_model_card_names_the_options_and_cites_their_paper():
-    from nmt_toolkit.hub import model_card
-
     card = model_card(language_aware_model("dwlstm"), "Multi30k", None, repo_id="user/m2m")
     assert "| language_aware_norm | `True` |" in card and "| language_aware_transform | `True` |" in card
     assert "zhang2020improving" in card
