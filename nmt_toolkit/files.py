@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import torch
+from huggingface_hub import constants, try_to_load_from_cache
+from huggingface_hub.utils import get_session
 
 try:
     import fcntl
@@ -488,9 +490,6 @@ def check_hub_reachable(repo_id: str, what: str, repo_type: str = "model") -> No
     """Ask the Hub once, briefly, before transformers or datasets look `repo_id` up: unreachable, they retry for
     about a minute before they fail, and a mistyped local folder ("rnus/model") looks like a Hub id. A repository
     in the local cache, or offline mode, is left to them (they load from the cache)."""
-    from huggingface_hub import constants, try_to_load_from_cache
-    from huggingface_hub.utils import get_session
-
     if constants.HF_HUB_OFFLINE:
         return
     names = ("config.json", "tokenizer.json") if repo_type == "model" else ("README.md",)

@@ -4,6 +4,7 @@ import contextlib
 import dataclasses
 import functools
 import gzip
+import importlib.util
 import io
 import itertools
 import runpy
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForSeq2SeqLM
 
 import modeling_dwlstm  # noqa: F401  (registers the Auto classes)
 from modeling_dwlstm import (
@@ -27,6 +29,7 @@ from modeling_dwlstm import (
 from nmt_toolkit import training
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 # Prepended to a subprocess script: from there on the process is like a machine without this package,
@@ -118,9 +121,7 @@ CASES.update({
 
 def run_script(name: str, *argv):
     """Run scripts/<name>.py's main() in this process (the scripts are thin wrappers around the package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.main([str(arg) for arg in argv])
@@ -132,8 +133,6 @@ def tiny_config(case: str, **overrides):
 
 
 def tiny_model(case: str, seed: int = 0, **overrides):
-    from transformers import AutoModelForSeq2SeqLM
-
     torch.manual_seed(seed)
     return AutoModelForSeq2SeqLM.from_config(tiny_config(case, **overrides)).eval()
 
@@ -167,11 +166,24 @@ def case(request):
     return request.param
 
 
+def run_as_main(name: str, *argv) -> tuple[int, str]:
+    """Run scripts/<name>.py as `python scripts/<name>.py ARGV` would, in this process: (exit code, stderr)."""
+    stderr, saved_argv = io.StringIO(), sys.argv
+    sys.argv = [str(SCRIPTS / f"{name}.py"), *map(str, argv)]
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
+                pytest.raises(SystemExit) as exit_info:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+    finally:
+        sys.argv = saved_argv
+    return exit_info.value.code, stderr.getvalue()
+
+
 @functools.cache
 def script_help(name: str) -> str:
     """What `python scripts/<name>.py --help` prints, run in this process (the scripts only parse arguments before
     --help exits); cached, so that every test that reads a script's flags pays once."""
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    path = SCRIPTS / f"{name}.py"
     if not path.is_file():
         raise FileNotFoundError(f"scripts/{name}.py does not exist")
     output, saved_argv = io.StringIO(), sys.argv

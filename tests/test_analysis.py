@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_script
+from matplotlib.patches import Rectangle
 from torch import nn
 from transformers import AutoModelForSeq2SeqLM
 
@@ -297,8 +298,6 @@ def test_running_statistics_match_the_exact_ones():
 
 
 def bars(axis) -> list:
-    from matplotlib.patches import Rectangle
-
     return [patch for patch in axis.patches if isinstance(patch, Rectangle)]
 
 

@@ -2,6 +2,7 @@
 generation in every precision and in CTranslate2, its report and targets."""
 
 import json
+import tempfile
 
 import pytest
 import torch
@@ -140,8 +141,6 @@ def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_ch
 def test_ctranslate2_runs_marian_and_our_export_as_generate_does():
     """The anchor row decodes what transformers decodes (greedy, float32, forced length): Marian through
     CTranslate2's own loader, the residual member through our export, both from the random-words vocabulary."""
-    import tempfile
-
     source = random_batch(3, 6, 1, VOCAB)
     with tempfile.TemporaryDirectory() as directory:
         for member in ("residual-prenorm", MARIAN):

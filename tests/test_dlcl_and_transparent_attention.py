@@ -5,6 +5,7 @@ The per-model checks (gradients, save/load, cache, beams, padding, ...) run for 
 `CASES` in conftest; this file pins down their equations and their extra API.
 """
 
+import matplotlib.image
 import pytest
 import torch
 from conftest import random_ids, read_multi30k, tiny_config, tiny_model
@@ -121,8 +122,6 @@ def test_plot_dlcl_weights_writes_a_png(tmp_path):
     matrices = tiny_model("dlcl-pre-learned", encoder_layers=5).dlcl_weight_matrices()
     path = plot_dlcl_weights(matrices, tmp_path / "weights.png", mask_below=0.05)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    import matplotlib.image
-
     height, width, _ = matplotlib.image.imread(path).shape
     assert width > height > 100  # two heatmaps side by side
     with pytest.raises(ValueError, match="No weight matrices"):

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import matplotlib.image
 import pytest
 from conftest import MULTI30K
 
@@ -138,8 +139,6 @@ def test_the_campaign_file_loads():
 
 
 def test_plots_write_pictures_and_reject_runs_without_validation(tmp_path):
-    import matplotlib.image
-
     histories = {"a": [{"step": 2, "eval_loss": 5.0, "wall_time": 30.0}, {"step": 4, "eval_loss": 4.0, "wall_time": 60.0}],
                  "b": [{"step": 2, "eval_loss": 5.5, "wall_time": 20.0}, {"step": 4, "eval_loss": 4.8, "wall_time": 41.0}]}
     curves = plot_training(histories, tmp_path / "curves.png", title="t")

@@ -7,11 +7,12 @@ import torch
 from conftest import TINY, random_ids, tiny_model
 from test_depthwise_lstm_equations import layer_norm, randomize_
 from torch.nn.functional import relu, sigmoid, tanh
-from transformers import AutoModelForSeq2SeqLM
+from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 from modeling_dwlstm import HighwayTransformerConfig, ResidualTransformerConfig
 from modeling_dwlstm.modeling_highway import HIGHWAY_CONNECTIONS, SelfDependencyConnection
 from modeling_dwlstm.modeling_residual import PostNormResidual
+from modeling_dwlstm.paper_configs import paper_config
 
 VARIANTS = ["highway-sdu-sigmoid-all-layers", "highway-sdu-tanh-all-layers", "highway-highway-gate-all-layers",
             "highway-gated-mhdpa-all-layers"]
@@ -130,9 +131,6 @@ def test_dropout_never_touches_the_carried_input(options):
 def test_sdu_on_attention_only_at_base_size_adds_eighteen_sdus():
     """hub_configs/highway-sdu-attention-base-6l.json: 6 encoder self-attentions + 6 decoder self- and
     cross-attentions gated, 18 x 2 d (d + 1) parameters over the 62.37M post-norm base model."""
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM
-
-    from modeling_dwlstm.paper_configs import paper_config
 
     config = AutoConfig.from_pretrained(Path(__file__).resolve().parents[1] / "hub_configs" / "highway-sdu-attention-base-6l.json")
     with torch.device("meta"):

@@ -27,7 +27,8 @@ from nmt_toolkit.checkpoints import (
     load_saved_tokenizer,
     record_saved_folder,
 )
-from nmt_toolkit.data import train_corpus_tokenizer
+from nmt_toolkit.ctranslate2_export import export_ctranslate2
+from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer
 from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation
 from nmt_toolkit.files import (
     CHECKSUMS_NAME,
@@ -36,6 +37,8 @@ from nmt_toolkit.files import (
     prepare_output_dir,
     release_output_dir,
 )
+from nmt_toolkit.lab.experiments import run_experiments
+from nmt_toolkit.quickstart import clear_quickstart_output
 from nmt_toolkit.training import DataArguments, ModelArguments, TranslationTrainingArguments, train_translation
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -147,8 +150,6 @@ def test_claims_are_per_process_and_survive_the_folder_being_replaced(tmp_path):
 
 
 def test_a_second_campaign_is_refused_before_any_work(tmp_path):
-    from nmt_toolkit.lab.experiments import run_experiments
-
     with claimed_by_another_run(tmp_path / "runs"), pytest.raises(ValueError, match="is in use by another run"):
         run_experiments(REPOSITORY / "experiments" / "multi30k_en_de.json", output_dir=tmp_path / "runs",
                         record_dir=tmp_path / "records", only=["no-such-run"])
@@ -222,8 +223,6 @@ def test_a_tokenizer_is_not_written_over_its_own_corpus(tmp_path):
 
 
 def test_quickstart_overwrite_deletes_only_an_earlier_quickstart(tmp_path):
-    from nmt_toolkit.quickstart import clear_quickstart_output
-
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.tex").write_text("years of work")
     (tmp_path / "mine" / "model").mkdir()
@@ -242,8 +241,6 @@ def test_quickstart_overwrite_deletes_only_an_earlier_quickstart(tmp_path):
 
 def test_export_and_loader_verify_the_same_files_and_say_how_to_accept_a_copy(tmp_path):
     pytest.importorskip("ctranslate2")
-    from nmt_toolkit.ctranslate2_export import export_ctranslate2
-
     trained = save_model(tmp_path / "trained", tokenizer_of(SENTENCES), ResidualTransformerConfig)
     (trained / "trainer_state.json").write_text("{}")
     (trained / "training_args.bin").write_bytes(b"args")
@@ -323,8 +320,6 @@ def setup(tmp_path_factory):
     (directory / "data").mkdir()
     for language in ("en", "de"):
         (directory / "data" / f"train.{language}").write_text("\n".join(read_multi30k("train", language, 24)) + "\n")
-    from nmt_toolkit.data import load_parallel_corpus
-
     corpus = load_parallel_corpus(MULTI30K, "en", "de", max_pairs=200)
     train_corpus_tokenizer([corpus], ["en", "de"], merges=100).save_pretrained(directory / "tokenizer")
     (directory / "tiny.json").write_text(json.dumps({

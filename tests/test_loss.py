@@ -3,9 +3,12 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from transformers import AutoModelForSeq2SeqLM
 
+from modeling_dwlstm import ResidualTransformerConfig
 from modeling_dwlstm import loss as fused_loss
 from modeling_dwlstm.loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
+from nmt_toolkit.lab.benchmark import compiled, random_batch
 
 
 def plain(hidden, weight, labels, smoothing):
@@ -51,10 +54,6 @@ def test_fused_loss_under_bf16_autocast_follows_the_plain_path():
 def test_a_compiled_training_step_traces_the_fused_loss():
     """torch.compile (dynamo, the `eager` backend to keep it fast) traces the training step's fused loss: the
     same loss and output-projection gradient as the uncompiled model."""
-    from transformers import AutoModelForSeq2SeqLM
-
-    from modeling_dwlstm import ResidualTransformerConfig
-    from nmt_toolkit.lab.benchmark import compiled, random_batch
 
     config = ResidualTransformerConfig(vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                                        decoder_attention_heads=4, ffn_dim=24, dropout=0.0, attention_dropout=0.0)

@@ -7,25 +7,28 @@ import io
 import json
 import logging
 import os
-import runpy
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import datasets
+import huggingface_hub.constants
 import pytest
 import torch
-from conftest import MULTI30K, read_multi30k
-from transformers import AutoModelForSeq2SeqLM
+from conftest import MULTI30K, read_multi30k, run_as_main, run_script
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_dwlstm import DwLstmConfig
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit import evaluation as evaluation_module
 from nmt_toolkit.checkpoints import load_saved_model
-from nmt_toolkit.data import load_parallel_corpus, tokenize_pairs, train_corpus_tokenizer
+from nmt_toolkit.cli import exit_on_error
+from nmt_toolkit.data import check_unknown_tokens, load_parallel_corpus, tokenize_pairs, train_corpus_tokenizer
 from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, translate_sentences
 from nmt_toolkit.files import read_lines, write_checksums
 from nmt_toolkit.hub import push_translation_model
+from nmt_toolkit.lab.experiments import StageFailed
 from nmt_toolkit.lab.plotting import read_log_history
 from nmt_toolkit.multilingual import corpus_languages
 from nmt_toolkit.training import (
@@ -181,8 +184,6 @@ def test_directions_the_model_cannot_be_asked_for_are_refused_before_decoding(mo
 
 
 def test_the_layer_analysis_refuses_a_model_trained_with_tags(models, tmp_path):
-    from conftest import run_script
-
     with pytest.raises(ValueError, match=r"was trained with language tags .*<2de>.* Analyse a bilingual model"):
         run_script("analyze_layers", "--model", models["multilingual"], "--data", MULTI30K, "--source_lang", "en",
                    "--target_lang", "de", "--split", "test_2016_flickr", "--fit_steps", 1, "--max_sentences", 2,
@@ -283,9 +284,6 @@ def test_training_refuses_a_tokenizer_that_cannot_spell_the_target_language(engl
 
 
 def test_a_few_unknown_tokens_are_a_warning(english_only, caplog):
-    from transformers import AutoTokenizer
-
-    from nmt_toolkit.data import check_unknown_tokens
 
     tokenizer = AutoTokenizer.from_pretrained(english_only / "tokenizer")
     pairs = tokenize_pairs(load_parallel_corpus(MULTI30K, "en", "de", max_pairs=50), tokenizer, "en", "de")
@@ -323,9 +321,6 @@ def test_damaged_json_files_are_named(tmp_path):
 
 @pytest.fixture
 def unreachable_hub(monkeypatch):
-    import datasets
-    import huggingface_hub.constants
-
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
@@ -345,8 +340,6 @@ def test_a_mistyped_local_path_shaped_like_a_hub_id_is_answered_at_once(unreacha
 
 
 def test_a_corpus_path_that_does_not_exist_is_not_looked_up_on_the_hub(monkeypatch):
-    import datasets
-
     monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: pytest.fail("asked the Hub"))
     for path in ("data/multi30k/typo", "./m30k", "~/corpora/m30k"):
         with pytest.raises(ValueError, match=f"{path}: no such folder or file"):
@@ -362,17 +355,6 @@ def test_pushing_without_a_network_is_one_clear_error(models):
 
 # --- Scripts: one line, no traceback; argparse checks counts and devices ------------------------------------------
 
-def run_as_main(name: str, *argv) -> tuple[int, str]:
-    """Run scripts/<name>.py as `python scripts/<name>.py ARGV` would, in this process: (exit code, stderr)."""
-    stderr, saved_argv = io.StringIO(), sys.argv
-    sys.argv = [str(REPOSITORY / "scripts" / f"{name}.py"), *map(str, argv)]
-    try:
-        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
-                pytest.raises(SystemExit) as exit_info:
-            runpy.run_path(sys.argv[0], run_name="__main__")
-    finally:
-        sys.argv = saved_argv
-    return exit_info.value.code, stderr.getvalue()
 
 
 @pytest.mark.parametrize("name, flags, message", [
@@ -432,9 +414,6 @@ def test_a_missing_optional_package_and_a_failed_campaign_stage_are_one_line(tmp
     code, stderr = run_as_main("plot_training", "run", "--output", "curves.png")
     assert code == 1 and stderr.strip() == 'error: Plotting needs matplotlib: pip install -e ".[plot]"', stderr
 
-    from nmt_toolkit.cli import exit_on_error
-    from nmt_toolkit.lab.experiments import StageFailed
-
     def failing_stage():
         raise StageFailed("training failed (exit 1); its log is runs/x/train.log.")
 
@@ -454,8 +433,6 @@ def test_quickstart_into_a_non_empty_folder_is_one_line(tmp_path, monkeypatch):
 
 
 def test_push_to_hub_without_a_network_is_one_line(models, tmp_path, monkeypatch):
-    import huggingface_hub.constants
-
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     code, stderr = run_as_main("push_to_hub", "--model", models["bilingual"], "--repo_id", "user/model",

@@ -8,13 +8,14 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from pathlib import Path
 
 import datasets
 import pytest
 import torch
 from conftest import MULTI30K, WITHOUT_PACKAGE
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 import modeling_dwlstm
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
@@ -29,6 +30,7 @@ from nmt_toolkit.evaluation import (
     run_evaluation,
     win_ratio,
 )
+from nmt_toolkit.hub import model_card, read_results
 from nmt_toolkit.multilingual import (
     TemperatureTokenBatchSampler,
     balanced_sentences,
@@ -419,8 +421,6 @@ def test_paired_bootstrap_against_a_clearly_worse_system():
 
 
 def test_model_card_lists_languages_and_per_direction_results(saved_model, tmp_path):
-    from nmt_toolkit.hub import model_card, read_results
-
     directions = {name: {"sacrebleu": bleu, "chrf": 50.0, "off_target_rate": off}
                   for name, bleu, off in [("en-de", 30.0, 0.01), ("de-fr", 9.5, 0.25)]}
     results = {"test_set": "multi30k", "split": "test_2016_flickr", "num_beams": 4, "directions": directions,
@@ -437,9 +437,6 @@ def test_model_card_lists_languages_and_per_direction_results(saved_model, tmp_p
 @pytest.mark.parametrize("name, model_type", [("dwlstm-opus100", "dwlstm"), ("residual-prenorm-opus100", "dwlstm-residual")])
 def test_hub_configs_hold_the_opus100_setting_of_xu_et_al_2024(name, model_type):
     """Xu et al. 2024, §3.5 / Zhang et al. 2020: 6+6 base, a 64k vocabulary, both directions of every English pair."""
-    from pathlib import Path
-
-    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(Path(__file__).resolve().parents[1] / "hub_configs" / f"{name}-base-6l.json")
     assert (config.model_type, config.d_model, config.encoder_layers, config.decoder_layers) == (model_type, 512, 6, 6)

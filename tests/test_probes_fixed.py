@@ -1,20 +1,16 @@
 """Mistakes that a fresh set of probes (experiments/probes/probes.py) found silent, destructive or unclear: each is
 now refused before any work with one line saying what was wrong and what to do, or handled (and said so)."""
 
-import contextlib
 import gzip
-import io
 import json
 import logging
 import os
-import runpy
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_script
+from conftest import run_as_main, run_script, tiny_model
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_dwlstm import DwLstmConfig
@@ -30,7 +26,9 @@ from nmt_toolkit.checkpoints import (
 from nmt_toolkit.data import load_parallel_corpus, train_sentence_tokenizer
 from nmt_toolkit.evaluation import EvaluationArguments, results_table, run_evaluation
 from nmt_toolkit.files import atomic_directory, atomic_write_json, prepare_output_dir, read_lines
-from nmt_toolkit.training import DataArguments, parse_training_arguments, read_config_file
+from nmt_toolkit.hub import check_results_of
+from nmt_toolkit.lab.plotting import check_figure_path
+from nmt_toolkit.training import DataArguments, check_steps_left, parse_training_arguments, read_config_file
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -61,17 +59,6 @@ def write_pair(folder: Path, english: str = "a man .\ntwo dogs .\n", german: str
     return folder
 
 
-def run_as_main(name: str, *argv) -> tuple[int, str]:
-    """Run scripts/<name>.py as `python scripts/<name>.py ARGV` would, in this process: (exit code, stderr)."""
-    stderr, saved_argv = io.StringIO(), sys.argv
-    sys.argv = [str(REPOSITORY / "scripts" / f"{name}.py"), *map(str, argv)]
-    try:
-        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
-                pytest.raises(SystemExit) as exit_info:
-            runpy.run_path(sys.argv[0], run_name="__main__")
-    finally:
-        sys.argv = saved_argv
-    return exit_info.value.code, stderr.getvalue()
 
 
 def a_training_run(folder: Path, seed: int = 1) -> Path:
@@ -228,8 +215,6 @@ def test_training_settings_that_would_be_ignored_or_fail_late_are_refused(flags,
 
 
 def test_resuming_a_checkpoint_that_has_max_steps_already_is_refused(tmp_path):
-    from nmt_toolkit.training import check_steps_left
-
     checkpoint = a_training_run(tmp_path / "run") / "checkpoint-2"
     with pytest.raises(ValueError, match=r"checkpoint-2: it has 2 updates already, as many as --max_steps 2 or more.*"
                                          r"Pass a larger --max_steps"):
@@ -284,8 +269,6 @@ def test_the_source_file_as_its_own_reference_is_refused(model, tmp_path):
 
 
 def test_results_of_another_model_are_refused_for_the_card(model, tmp_path):
-    from nmt_toolkit.hub import check_results_of
-
     folder = write_pair(tmp_path / "data")
     results = run_evaluation(EvaluationArguments(model=str(model), output_dir=str(tmp_path / "eval"), num_beams=1,
                                                  max_new_tokens=2, source_file=str(folder / "test.en"),
@@ -322,8 +305,6 @@ def test_the_layer_analysis_warns_about_a_direction_the_model_was_not_trained_fo
 # --- The lab's scripts: figure names, hand-edited presets, unknown overrides ---------------------------------------
 
 def test_a_figure_path_must_name_a_picture(tmp_path):
-    from nmt_toolkit.lab.plotting import check_figure_path
-
     for path in ("run/trainer_state.json", "curves"):
         with pytest.raises(ValueError, match=rf"--output {path}: a figure file name ends in .png, .pdf, .svg"):
             check_figure_path(path)
@@ -354,8 +335,6 @@ def test_depth_diagnosis_refuses_overrides_no_config_reads(tmp_path):
 # --- generate() on a padded batch without its attention mask ----------------------------------------------------
 
 def test_generate_derives_the_mask_of_padded_sources_given_without_it():
-    from conftest import tiny_model
-
     model = tiny_model("dwlstm")
     input_ids = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 1, 1]])  # the second sentence padded with the pad id 1
     settings = dict(num_beams=1, max_new_tokens=4, output_scores=True, return_dict_in_generate=True)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from nmt_toolkit.checkpoints import (
     load_saved_tokenizer,
     save_pretrained_atomically,
 )
-from nmt_toolkit.data import load_parallel_corpus
+from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer
 from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, translate_sentences
 from nmt_toolkit.files import (
     CHECKSUMS_NAME,
@@ -64,8 +65,6 @@ def saved(tmp_path_factory):
 
 
 def copy_of(folder: Path, destination: Path) -> Path:
-    import shutil
-
     return Path(shutil.copytree(folder, destination))
 
 
@@ -284,8 +283,6 @@ def test_averaging_verifies_checksums_and_refuses_non_finite_checkpoints(saved, 
 def setup(tmp_path_factory):
     directory = tmp_path_factory.mktemp("setup")
     corpus = load_parallel_corpus(MULTI30K, "en", "de", max_pairs=200)
-    from nmt_toolkit.data import train_corpus_tokenizer
-
     train_corpus_tokenizer([corpus], ["en", "de"], merges=100).save_pretrained(directory / "tokenizer")
     (directory / "tiny.json").write_text(json.dumps({
         "model_type": "dwlstm", "d_model": 16, "ffn_dim": 16, "encoder_layers": 1, "decoder_layers": 1,

@@ -4,6 +4,7 @@ accelerate's plugin trains as DDP does, and a launch that would silently train o
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +13,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 import yaml
+from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+from accelerate.utils.launch import prepare_simple_launcher_cmd_env
 from conftest import MULTI30K
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
+from nmt_toolkit.checkpoints import record_saved_folder
+from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer
 from nmt_toolkit.launch import check_launch, check_ranks_agree
 from nmt_toolkit.sharding import borrowed_modules
-from nmt_toolkit.training import TranslationTrainingArguments
+from nmt_toolkit.training import TranslationTrainingArguments, check_resumable
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 CONFIGS = REPOSITORY / "examples" / "accelerate"
@@ -36,8 +41,6 @@ def launch(command: list[str], timeout: int = 240) -> subprocess.CompletedProces
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -180,8 +183,6 @@ exit_on_error(lambda: train_translation(*parse_training_arguments()))
 
 @pytest.fixture(scope="module")
 def tiny_setup(tmp_path_factory):
-    from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer
-
     directory = tmp_path_factory.mktemp("setup")
     corpus = load_parallel_corpus(MULTI30K, "en", "de", max_pairs=300)
     train_corpus_tokenizer([corpus], ["en", "de"], merges=200).save_pretrained(directory / "tokenizer")
@@ -242,9 +243,6 @@ def test_accelerates_single_process_launcher_asked_for_several_is_refused(monkey
     """`accelerate launch --cpu --num_processes 2` (and `--num_processes 2` without --multi_gpu on a machine without
     GPUs) starts one process: in the environment accelerate's single-process launcher gives it, it says so instead
     of training alone."""
-    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-    from accelerate.utils.launch import prepare_simple_launcher_cmd_env
-
     for key in [*[key for key in os.environ if key.startswith("ACCELERATE_")], "WORLD_SIZE", "MASTER_PORT"]:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
@@ -315,9 +313,6 @@ def test_the_accelerate_configs_are_what_the_docs_say():
 def test_a_checkpoint_of_a_sharded_run_resumes(tmp_path, optimizer_state):
     """Under FSDP the Trainer saves the optimizer state as optimizer.bin (whole) or optimizer_0/ (sharded): such a
     checkpoint resumes; one without any optimizer state is refused."""
-    from nmt_toolkit.checkpoints import record_saved_folder
-    from nmt_toolkit.training import check_resumable
-
     checkpoint = tmp_path / "run" / "checkpoint-4"
     checkpoint.mkdir(parents=True)
     for name in ("trainer_state.json", "model.safetensors", "scheduler.pt", "rng_state_0.pth"):

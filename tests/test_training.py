@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import sacrebleu
 import torch
-from conftest import MULTI30K, read_multi30k, run_script
+from conftest import MULTI30K, read_multi30k, run_script, tiny_model
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerCallback
 
@@ -282,8 +282,6 @@ def fake_checkpoints(run_dir: Path, model, steps: list[int]) -> dict[int, dict[s
 
 
 def test_average_of_the_last_checkpoints_is_their_mean_and_loads(tmp_path):
-    from conftest import tiny_model
-
     model = tiny_model("dwlstm")
     states = fake_checkpoints(tmp_path / "run", model, [3, 6, 9, 12])
     (tmp_path / "run" / "checkpoint-15").mkdir()  # killed while writing: no trainer_state.json
@@ -316,8 +314,6 @@ def test_average_of_the_last_checkpoints_is_their_mean_and_loads(tmp_path):
 
 
 def test_average_checkpoints_script(tmp_path):
-    from conftest import tiny_model
-
     states = fake_checkpoints(tmp_path / "run", tiny_model("residual-pre"), [1, 2, 3])
     run_script("average_checkpoints", "--run_dir", str(tmp_path / "run"), "--last", "2",
                "--output_dir", str(tmp_path / "averaged"))
