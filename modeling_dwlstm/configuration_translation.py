@@ -81,7 +81,17 @@ class TranslationTransformerConfig(PreTrainedConfig):
         scale_embedding (`bool`, defaults to True): multiply token embeddings by sqrt(d_model).
         label_smoothing (`float`, defaults to 0.1): of the training cross-entropy (papers: 0.1).
         language_pairs (`list[str]`, defaults to []): translation directions the model was trained for,
-            e.g. ["en-de"]; each becomes a `translation_en_to_de` task of the saved model's pipeline.
+            e.g. ["en-de"]; each becomes a `translation_en_to_de` task of the saved model's pipeline. Their
+            target languages, sorted, are `target_languages`: the rows of the language-aware parameters.
+        language_aware_norm (`bool`, defaults to False): LaLN (Zhang et al. 2020, §3.1): every LayerNorm of the
+            model, the depth-wise LSTM's gate and hidden ones included, gets one gain and bias per target language,
+            LN_t(x) = g_t * (x - mean) / std + b_t, selected by the sentence's target language.
+        language_aware_transform (`bool`, defaults to False): LaLT (Zhang et al. 2020, §3.2): the encoder output H
+            becomes H W_t, one d_model x d_model matrix per target language t (no bias), before the decoder
+            attends to it.
+        language_tag_ids (`dict[str, int]`, defaults to {}): the token id of each language's tag `<2xx>` in the
+            tokenizer (`tokenization_dwlstm.tokenizer_model_kwargs` fills it). A language-aware model reads each
+            sentence's target language from the tag its source starts with.
         pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id: special token ids; the
             decoder starts from `decoder_start_token_id` (defaults to the pad id, as in Marian).
         tie_word_embeddings (`bool`, defaults to True): share the output projection with the embeddings.
@@ -112,6 +122,9 @@ class TranslationTransformerConfig(PreTrainedConfig):
     scale_embedding: bool = True
     label_smoothing: float = 0.1
     language_pairs: list[str] | None = None
+    language_aware_norm: bool = False
+    language_aware_transform: bool = False
+    language_tag_ids: dict[str, int] | None = None
     pad_token_id: int | None = PAD_ID
     bos_token_id: int | None = BOS_ID
     eos_token_id: int | None = EOS_ID
@@ -128,6 +141,8 @@ class TranslationTransformerConfig(PreTrainedConfig):
             self.decoder_start_token_id = self.pad_token_id
         if self.language_pairs is None:
             self.language_pairs = []
+        if self.language_tag_ids is None:
+            self.language_tag_ids = {}
         super().__post_init__(**kwargs)
         self.check_values()
         self._warn_unused_fields()
@@ -203,6 +218,44 @@ class TranslationTransformerConfig(PreTrainedConfig):
         for pair in self.language_pairs:
             if not isinstance(pair, str) or pair.count("-") != 1 or "" in pair.split("-"):
                 raise ValueError(f"`language_pairs` entries look like 'en-de', got {pair!r}.")
+        self.check_language_awareness()
+
+    @property
+    def target_languages(self) -> list[str]:
+        """The target languages of `language_pairs`, sorted: row t of every language-aware parameter is the t-th."""
+        return sorted({pair.split("-")[1] for pair in self.language_pairs})
+
+    @property
+    def language_aware(self) -> bool:
+        """Whether some parameters are selected by the target language (LaLN or LaLT)."""
+        return bool(self.language_aware_norm or self.language_aware_transform)
+
+    def check_language_awareness(self):
+        """LaLN and LaLT need the target languages (their parameter rows) and, once a tokenizer is known, its tags."""
+        for name in ("language_aware_norm", "language_aware_transform"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+        tags = self.language_tag_ids
+        if not isinstance(tags, dict) or not all(
+                isinstance(code, str) and not isinstance(token, bool) and isinstance(token, int)
+                and 0 <= token < self.vocab_size for code, token in tags.items()):
+            raise ValueError(f"`language_tag_ids` maps language codes to the token ids of their <2xx> tags, ids in "
+                             f"[0, vocab_size={self.vocab_size}); got {tags!r}.")
+        if not self.language_aware:
+            return
+        option = "language_aware_norm" if self.language_aware_norm else "language_aware_transform"
+        if not self.target_languages:
+            raise ValueError(
+                f"`{option}=True` selects parameters by the target language, and this model has no target "
+                "languages: set `language_pairs` to its directions (e.g. ['en-de', 'de-en', 'en-fr', 'fr-en']) and "
+                "`language_tag_ids` from its tokenizer (tokenizer_model_kwargs); train_translation.py "
+                "--language_pairs does both.")
+        untagged = [language for language in self.target_languages if language not in tags]
+        if tags and untagged:
+            raise ValueError(f"`{option}=True` reads the target language from the tag in front of the source, and "
+                             f"`language_tag_ids` has no tag for the target languages {untagged} (it has "
+                             f"{sorted(tags)}): reserve <2xx> tags for every target language in the tokenizer "
+                             "(train_tokenizer.py --language_pairs).")
 
 
 def pipelines_not_served_in_process(custom_pipelines: dict) -> dict:

@@ -22,7 +22,7 @@ from .modeling_residual import (
     ResidualTransformerForConditionalGeneration,
     ResidualTransformerModel,
 )
-from .modeling_translation import LayerCombination, LayerState
+from .modeling_translation import LayerCombination, LayerState, make_layer_norm
 
 
 class DlclConfig(ResidualTransformerConfig):
@@ -84,7 +84,7 @@ class DlclConnection(LayerCombination):
             self.register_buffer("weights", self.initial_weights(), persistent=False)
         # Pre-norm: LN_k for k = 0..L. Post-norm: LN_c for c = 0..L-1; the stack output's is the final LayerNorm.
         num_norms = (self.num_consumers if self.pre_norm else num_layers) if config.dlcl_layer_norm else 0
-        self.layer_norms = nn.ModuleList(nn.LayerNorm(config.d_model) for _ in range(num_norms))
+        self.layer_norms = nn.ModuleList(make_layer_norm(config, config.d_model) for _ in range(num_norms))
 
     def initial_weights(self) -> torch.Tensor:
         """Row c holds 1/(c+1) (the average: "learned" starts there, "average" stays there) or 1 ("one")."""

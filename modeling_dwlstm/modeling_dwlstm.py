@@ -23,6 +23,7 @@ from .modeling_translation import (
     TranslationTransformerForConditionalGeneration,
     TranslationTransformerModel,
     attach_shared,
+    make_layer_norm,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -157,13 +158,38 @@ class DepthWiseLstmGates(nn.Linear):
         return torch.sigmoid(gates).unbind(-2)  # three (B, T, d)
 
 
+class LanguageAwareDepthWiseLstmGates(DepthWiseLstmGates):
+    """The gates with LaLN (Zhang et al. 2020, §3.1): each gate's LayerNorm has one gain and bias per target
+    language, `norm_weight` / `norm_bias` of shape (languages, 3, d); a sentence uses its target language's."""
+
+    reads_target_language = True
+
+    def __init__(self, input_dim: int, d_model: int, num_languages: int):
+        super().__init__(input_dim, d_model)
+        self.norm_weight = nn.Parameter(torch.ones(num_languages, 3, d_model))
+        self.norm_bias = nn.Parameter(torch.zeros(num_languages, 3, d_model))
+
+    def activations(self, projected: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rows = self.target_language.rows  # (B,)
+        gates = F.layer_norm(projected.unflatten(-1, (3, self.d_model)), (self.d_model,))  # (B, T, 3, d)
+        gates = gates * self.norm_weight[rows, None] + self.norm_bias[rows, None]  # each sentence's (1, 3, d)
+        return torch.sigmoid(gates).unbind(-2)  # three (B, T, d)
+
+
+def make_gates(config: TranslationTransformerConfig, input_dim: int) -> DepthWiseLstmGates:
+    """The gate module of `config`: `DepthWiseLstmGates`, language-aware with `language_aware_norm`."""
+    if config.language_aware_norm:
+        return LanguageAwareDepthWiseLstmGates(input_dim, config.d_model, len(config.target_languages))
+    return DepthWiseLstmGates(input_dim, config.d_model)
+
+
 class LinearHidden(nn.Module):
     """h = act(LN(W_h c + b_h)), W_h: input -> d (Xu et al. 2024, Eq. 5)."""
 
     def __init__(self, input_dim: int, config: DwLstmConfig):
         super().__init__()
         self.projection = nn.Linear(input_dim, config.d_model)
-        self.norm = nn.LayerNorm(config.d_model)
+        self.norm = make_layer_norm(config, config.d_model)
         self.activation = ACTIVATIONS[config.lstm_activation]()
 
     def forward(self, concatenated: torch.Tensor) -> torch.Tensor:
@@ -176,7 +202,7 @@ class FeedForwardHidden(nn.Module):
     def __init__(self, input_dim: int, config: DwLstmConfig):
         super().__init__()
         self.fc1 = nn.Linear(input_dim, config.ffn_dim)
-        self.norm = nn.LayerNorm(config.ffn_dim)
+        self.norm = make_layer_norm(config, config.ffn_dim)
         self.activation = ACTIVATIONS[config.lstm_activation]()
         self.fc2 = nn.Linear(config.ffn_dim, config.d_model)
         self.activation_dropout = config.activation_dropout
@@ -192,7 +218,7 @@ class GluHidden(nn.Module):
     def __init__(self, input_dim: int, config: DwLstmConfig):
         super().__init__()
         self.fc1 = nn.Linear(input_dim, config.ffn_dim)
-        self.norm = nn.LayerNorm(config.ffn_dim)
+        self.norm = make_layer_norm(config, config.ffn_dim)
         self.fc2 = nn.Linear(config.ffn_dim // 2, config.d_model)
         self.activation_dropout = config.activation_dropout
 
@@ -225,7 +251,7 @@ class DepthWiseLstm(nn.Module):
         # that replaces the registered module (a LoRA wrapper) reaches every step.
         gate_slots, owns_gates = shared_modules.get(("gates", input_dim, *gate_scope), lambda: self._modules)
         if owns_gates:
-            self.gates = DepthWiseLstmGates(input_dim, config.d_model)
+            self.gates = make_gates(config, input_dim)
         object.__setattr__(self, "gate_slots", gate_slots)
         object.__setattr__(self, "gate_activations", gate_slots["gates"].activations)  # a wrapper lacks them
         hidden, owns_hidden = shared_modules.get(

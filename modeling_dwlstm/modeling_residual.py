@@ -21,6 +21,7 @@ from .modeling_translation import (
     TranslationLayer,
     TranslationTransformerForConditionalGeneration,
     TranslationTransformerModel,
+    make_layer_norm,
 )
 
 
@@ -66,7 +67,7 @@ class PostNormResidual(nn.Module):
 
     def __init__(self, config: TranslationTransformerConfig):
         super().__init__()
-        self.norm = nn.LayerNorm(config.d_model)
+        self.norm = make_layer_norm(config, config.d_model)
         self.dropout = config.dropout
 
     def sublayer_input(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,9 @@
 """The encoder-decoder translation Transformer every family member shares: the skeleton.
 
 It knows no member. Read top to bottom:
- 1. building blocks: positions, embeddings, masks, multi-head attention (SDPA or eager, v5 KV cache);
+ 1. building blocks: positions, embeddings, masks, multi-head attention (SDPA or eager, v5 KV cache), and the
+    language-aware options every member can take (LaLN, LaLT; Zhang et al. 2020), which select parameters by
+    each sentence's target language;
  2. the layer interface: every layer maps a `LayerState` (output, and a cell for the depth-wise LSTM)
     to a `LayerState`, so one layer can be swapped for another (Xu et al. 2020, §4 replaces a single layer by a
     linear map);
@@ -309,6 +311,129 @@ class MultiHeadAttention(nn.Module):
         return weights @ values, weights
 
 
+# Language-aware options (Zhang et al. 2020). A multilingual model names the target language by a tag <2xx> in
+# front of every source; with LaLN and LaLT some parameters have one row per target language (the sorted
+# `config.target_languages`), and each sentence uses its language's row. The model owns one `TargetLanguage`, which
+# the encoder sets from the tags and the decoder from the encoder output (generate() expands it for beams with the
+# encoder states); every module that reads it (`reads_target_language`) holds a reference, given at build time.
+
+
+class NoTargetLanguage(nn.Module):
+    """The target language of a model without language-aware parameters: nothing to read, nothing to keep."""
+
+    def from_source(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> None:
+        return None
+
+    def use(self, rows: torch.Tensor | None):
+        pass
+
+
+class TargetLanguage(NoTargetLanguage):
+    """Each sentence's target language in the forward pass under way, as `rows` (batch,): the index of its language
+    in `config.target_languages`, read from the tag `<2xx>` its source starts with (`config.language_tag_ids`)."""
+
+    def __init__(self, config: TranslationTransformerConfig):
+        super().__init__()
+        self.languages, self.tag_of = config.target_languages, dict(config.language_tag_ids)
+        self.register_buffer("tag_ids", self.build_tag_ids(), persistent=False)  # (languages,), -1 where unknown
+        self.rows = None
+
+    def build_tag_ids(self) -> torch.Tensor:
+        return torch.tensor([self.tag_of.get(language, -1) for language in self.languages], dtype=torch.long)
+
+    def init_parameters(self):
+        init.copy_(self.tag_ids, self.build_tag_ids())
+
+    def from_source(self, input_ids, attention_mask):
+        if input_ids is None:
+            raise ValueError("A language-aware model reads the target language from the tag each source starts with: "
+                             "pass `input_ids`, not only `inputs_embeds`.")
+        first = attention_mask.long().argmax(-1) if attention_mask is not None else input_ids.new_zeros(len(input_ids))
+        first_tokens = input_ids.gather(1, first[:, None])  # (B, 1): the first real token (left padding too)
+        is_tag = first_tokens == self.tag_ids  # (B, languages)
+        check_target_tags(is_tag, first_tokens[:, 0], self.languages, self.tag_of)
+        self.use(is_tag.long().argmax(-1))
+        return self.rows
+
+    def use(self, rows):
+        if rows is None:
+            raise ValueError("This language-aware model's decoder needs each sentence's target language, which the "
+                             "encoder returns with its output (`target_language`): pass `encoder_outputs` as "
+                             "`model.get_encoder()(input_ids=...)` returns them, or `input_ids` instead of them.")
+        self.rows = rows
+
+
+def check_target_tags(is_tag: torch.Tensor, first_tokens: torch.Tensor, languages: list[str], tag_of: dict):
+    """Every source must start with the tag of a target language; read on the CPU only, as `check_token_ids`."""
+    if torch.compiler.is_compiling():
+        return
+    if is_tag.device.type != "cpu":
+        torch._assert_async(is_tag.any(-1).all(), "a source does not start with a target-language tag")
+        return
+    untagged = (~is_tag.any(-1)).nonzero().flatten().tolist()
+    if not untagged:
+        return
+    missing = [language for language in languages if language not in tag_of]
+    if missing:
+        raise ValueError(f"The config has no `language_tag_ids` for the target languages {missing}: build it with "
+                         "tokenization_dwlstm.tokenizer_model_kwargs(tokenizer), which names the tokenizer's tags.")
+    raise ValueError(
+        f"Source sentence {untagged[0]} starts with token {int(first_tokens[untagged[0]])}, not the tag of one of this "
+        f"model's target languages {dict((language, tag_of[language]) for language in languages)} ({len(untagged)} "
+        "such sentences): a language-aware model reads the target language from the <2xx> tag in front of every "
+        "source (the pipeline's tgt_lang and evaluate_translation.py --language_pairs put it there).")
+
+
+class LanguageAwareLayerNorm(nn.Module):
+    """LaLN (Zhang et al. 2020, §3.1): LN_t(x) = g_t * (x - mean(x)) / std(x) + b_t, the gain and bias of the
+    sentence's target language t. `weight`, `bias`: (languages, dim), initialised to 1 and 0 as LayerNorm's."""
+
+    reads_target_language = True
+
+    def __init__(self, num_languages: int, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.normalized_shape, self.eps = (dim,), eps
+        self.weight = nn.Parameter(torch.ones(num_languages, dim))
+        self.bias = nn.Parameter(torch.zeros(num_languages, dim))
+
+    def init_parameters(self):
+        init.ones_(self.weight)
+        init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, ..., dim)
+        rows = self.target_language.rows  # (B,)
+        shape = (len(rows),) + (1,) * (x.dim() - 2) + self.normalized_shape
+        normalized = F.layer_norm(x, self.normalized_shape, eps=self.eps)
+        return normalized * self.weight[rows].view(shape) + self.bias[rows].view(shape)
+
+
+def make_layer_norm(config: TranslationTransformerConfig, dim: int) -> nn.Module:
+    """Every LayerNorm of every member: `nn.LayerNorm(dim)`, or with `language_aware_norm` its language-aware form."""
+    if config.language_aware_norm:
+        return LanguageAwareLayerNorm(len(config.target_languages), dim)
+    return nn.LayerNorm(dim)
+
+
+class LanguageAwareTransform(nn.Module):
+    """LaLT (Zhang et al. 2020, §3.2): H_t = H W_t, one d x d projection per target language t, no bias (as in their
+    code), applied to the encoder output. Each language's rows of the batch go through its own `nn.Linear`."""
+
+    reads_target_language = True
+
+    def __init__(self, config: TranslationTransformerConfig):
+        super().__init__()
+        d = config.d_model
+        self.projections = nn.ModuleList(nn.Linear(d, d, bias=False) for _ in config.target_languages)
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:  # (B, S, d), or (B, S, L+1, d) for every encoder layer
+        rows = self.target_language.rows  # (B,)
+        transformed = torch.zeros_like(states)
+        for row in rows.unique().tolist():
+            sentences = (rows == row).nonzero().flatten()  # those into language `row`
+            transformed = transformed.index_copy(0, sentences, self.projections[row](states[sentences]))
+        return transformed
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. The layer interface
 # ---------------------------------------------------------------------------------------------
@@ -406,9 +531,12 @@ class TranslationEncoderOutput(BaseModelOutput):
     """`BaseModelOutput` plus, for decoders that read every encoder layer (transparent attention),
     `layer_outputs` (batch, source length, encoder_layers + 1, d_model): the embeddings, each layer's
     output and the final output, i.e. `hidden_states` stacked. A top-level tensor, so `generate()`
-    expands it for beams like `last_hidden_state`. None for every other member."""
+    expands it for beams like `last_hidden_state`. None for every other member.
+    `target_language` (batch,): each sentence's target language (`TargetLanguage.rows`) for a language-aware
+    model's decoder, expanded for beams the same way; None for other models."""
 
     layer_outputs: torch.FloatTensor | None = None
+    target_language: torch.LongTensor | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,7 +546,10 @@ class TranslationEncoderOutput(BaseModelOutput):
 
 class TranslationStack(nn.Module):
     """What both stacks are made of: embeddings, `num_layers` layers of `layer_class` joined by a
-    `depth_connection_class`, and a final LayerNorm."""
+    `depth_connection_class`, and a final LayerNorm. Each stack tells the model's `TargetLanguage` the sentences'
+    target languages before its layers run (a no-op unless the model is language-aware)."""
+
+    reads_target_language = True
 
     def __init__(self, config: TranslationTransformerConfig, num_layers: int, *, token_embedding: nn.Embedding,
                  shared_modules: SharedModules, layer_class: type, depth_connection_class: type):
@@ -427,22 +558,25 @@ class TranslationStack(nn.Module):
         self.embeddings = TranslationEmbeddings(config, token_embedding)
         self.layers = nn.ModuleList(layer_class(config, i, shared_modules) for i in range(num_layers))
         self.depth_connection = depth_connection_class(config, num_layers)
-        self.final_layer_norm = nn.LayerNorm(config.d_model)
+        self.final_layer_norm = make_layer_norm(config, config.d_model)
 
 
 class TranslationEncoder(TranslationStack):
     """The encoder stack. `exports_layer_outputs`: also return every layer's output stacked (for
-    transparent attention)."""
+    transparent attention). With `language_aware_transform` the output the decoder attends to is H W_t (LaLT;
+    `hidden_states[-1]` is H), and the output carries each sentence's `target_language` for the decoder."""
 
     def __init__(self, config: TranslationTransformerConfig, *, exports_layer_outputs: bool = False, **parts):
         super().__init__(config, config.encoder_layers, **parts)
         self.exports_layer_outputs = exports_layer_outputs
+        self.language_transform = LanguageAwareTransform(config) if config.language_aware_transform else nn.Identity()
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None) -> TranslationEncoderOutput:
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         hidden = self.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds)  # (B, S, d)
+        target_language = self.target_language.from_source(input_ids, attention_mask)  # (B,) rows, or None
         mask = padding_mask(attention_mask, hidden.shape[:2])
         state = self.layers[0].initial_state(hidden)
         all_hidden, all_attentions, history = [state.output], [], self.depth_connection.remember([], state)
@@ -455,11 +589,13 @@ class TranslationEncoder(TranslationStack):
             all_attentions.append(weights)
         output = self.final_layer_norm(self.depth_connection(history, len(self.layers)).output)
         all_hidden[-1] = output  # y_0 .. y_{L-1} and the stack output
+        layer_outputs = torch.stack(all_hidden, dim=2) if self.exports_layer_outputs else None  # (B, S, L+1, d)
         return TranslationEncoderOutput(
-            last_hidden_state=output,
+            last_hidden_state=self.language_transform(output),
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
             attentions=tuple(all_attentions) if output_attentions else None,
-            layer_outputs=torch.stack(all_hidden, dim=2) if self.exports_layer_outputs else None,  # (B, S, L+1, d)
+            layer_outputs=None if layer_outputs is None else self.language_transform(layer_outputs),
+            target_language=target_language,
         )
 
 
@@ -476,11 +612,13 @@ class TranslationDecoder(TranslationStack):
 
     def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
                 past_key_values=None, inputs_embeds=None, use_cache=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, cache=None) -> BaseModelOutputWithPastAndCrossAttentions:
+                output_hidden_states=None, return_dict=None, cache=None,
+                target_language=None) -> BaseModelOutputWithPastAndCrossAttentions:
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states` (the encoder's output).")
+        self.target_language.use(target_language)  # the encoder output's (B,) rows: LaLN's in every layer
         past_key_values = cache_argument(past_key_values, cache)
         if self.training and torch.is_grad_enabled() and any(getattr(layer, "gradient_checkpointing", False) for layer in self.layers):
             # A checkpointed layer runs again in the backward pass and would write its keys and values into the
@@ -698,6 +836,7 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
         super().__init__(config)
         encoder_layer_class, decoder_layer_class = self.layer_classes(config)
         self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.target_language = TargetLanguage(config) if config.language_aware else NoTargetLanguage()
         shared_modules = SharedModules()  # lets share_gates="global" reach across both stacks
         cross_attention_source = self.cross_attention_source_class(config)
         self.encoder = TranslationEncoder(
@@ -709,6 +848,9 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
             config, token_embedding=self.shared, shared_modules=shared_modules, layer_class=decoder_layer_class,
             depth_connection_class=self.depth_connection_class, cross_attention_source=cross_attention_source,
         )
+        for module in self.modules():  # the stacks and the language-aware parts read one TargetLanguage
+            if getattr(module, "reads_target_language", False):
+                attach_shared(module, "target_language", self.target_language, owned=False)
         # The layer classes this config builds, not every class a member may build: accelerate's FSDP wraps each
         # class named here and refuses one the model lacks.
         self._no_split_modules = sorted({encoder_layer_class.__name__, decoder_layer_class.__name__})
@@ -751,6 +893,7 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
             encoder_hidden_states=self.decoder.cross_attention_source.encoder_states(encoder_outputs),
             encoder_attention_mask=attention_mask, past_key_values=past_key_values, inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            target_language=getattr(encoder_outputs, "target_language", None),
         )
         output = Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,

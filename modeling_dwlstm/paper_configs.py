@@ -38,6 +38,12 @@ OPUS100_SETTING = dict(vocab_size=64000, language_pairs=OPUS100_PAIRS)
 PRESETS = {**MEMBER_PRESETS, **{f"{member}-opus100": (MEMBER_PRESETS[member][0], {**MEMBER_PRESETS[member][1], **OPUS100_SETTING})
                          for member in ("dwlstm", "residual-prenorm")}}
 HUB_DEPTHS.update({f"{member}-opus100": [("base", 6, 6)] for member in ("dwlstm", "residual-prenorm")})
+# Xu et al. 2024, Table 7's second system and the baseline of its win ratio, "Transformer + LaLN + LaLT (Zhang et al.
+# 2020)", at that setting: the residual pre-norm model with language-aware LayerNorms and encoder-output transform.
+LANGUAGE_AWARE = dict(language_aware_norm=True, language_aware_transform=True)
+PRESETS["residual-prenorm-laln-lalt-opus100"] = (PRESETS["residual-prenorm-opus100"][0],
+                                                 {**PRESETS["residual-prenorm-opus100"][1], **LANGUAGE_AWARE})
+HUB_DEPTHS["residual-prenorm-laln-lalt-opus100"] = [("base", 6, 6)]
 
 
 def paper_config(member: str, size: str = "base", layers: int = 6, **overrides) -> TranslationTransformerConfig:

@@ -83,7 +83,8 @@ def train_joint_bpe_tokenizer(
 def tokenizer_model_kwargs(tokenizer: PreTrainedTokenizerFast) -> dict:
     """Config kwargs that make a model match `tokenizer`: `DwLstmConfig(**tokenizer_model_kwargs(tok), ...)`.
 
-    The decoder starts from the pad id, as the model config and Marian do.
+    The decoder starts from the pad id, as the model config and Marian do. `language_tag_ids` names the token id
+    of every `<2xx>` tag the tokenizer reserves (a language-aware model reads the target language from it).
     """
     return {
         "vocab_size": len(tokenizer),
@@ -91,7 +92,14 @@ def tokenizer_model_kwargs(tokenizer: PreTrainedTokenizerFast) -> dict:
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
         "decoder_start_token_id": tokenizer.pad_token_id,
+        "language_tag_ids": language_tag_ids(tokenizer),
     }
+
+
+def language_tag_ids(tokenizer) -> dict[str, int]:
+    """{"de": id of "<2de>", ...} for every language tag the tokenizer reserves, by language code."""
+    tags = {token: token_id for token, token_id in tokenizer.get_vocab().items() if LANGUAGE_TAG.fullmatch(token)}
+    return {token[2:-1]: token_id for token, token_id in sorted(tags.items())}
 
 
 def _untrained_tokenizer() -> Tokenizer:

@@ -110,13 +110,20 @@ def vocabulary_tokens(tokenizer, vocab_size: int) -> list[str]:
 
 
 def check_exportable(model) -> None:
-    """A one-line ValueError unless `model` is a residual (pre- or post-norm) translation model."""
+    """A one-line ValueError unless `model` is a residual (pre- or post-norm) translation model without
+    language-aware parameters."""
     model_type = getattr(model.config, "model_type", None)
     if model_type != EXPORTABLE_MODEL_TYPE:
         raise ValueError(
             f"CTranslate2 export takes the residual pre-norm and post-norm models ({EXPORTABLE_MODEL_TYPE}); this is "
             f"{model_type}, whose connections between layers CTranslate2's Transformer cannot express: decode it "
             "with generate() (modeling_dwlstm.precision.prepare_for_inference for bfloat16 / int8).")
+    if getattr(model.config, "language_aware", False):
+        raise ValueError(
+            "This model selects LayerNorm or encoder-output parameters by each sentence's target language (LaLN / "
+            "LaLT, Zhang et al. 2020: language_aware_norm / language_aware_transform), which CTranslate2's Transformer "
+            "cannot express: decode it with generate() (modeling_dwlstm.precision.prepare_for_inference for bfloat16 "
+            "/ int8).")
     activation = model.config.activation_function
     if activation not in ("relu", "gelu", "silu"):
         raise ValueError(f"CTranslate2 has no {activation!r} feed-forward activation; relu, gelu and silu convert.")

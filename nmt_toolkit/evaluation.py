@@ -256,6 +256,9 @@ class EvaluationArguments:
     baseline_results: str | None = field(default=None, metadata={"help": (
         "Multilingual: a baseline run's results.json (its DIRECTION/hypotheses.txt beside it): the win ratio "
         "and a paired bootstrap p-value per direction.")})
+    pivot: str | None = field(default=None, metadata={"help": (
+        "Multilingual: also translate every direction X-Y without this language through it (X -> en -> Y, the same "
+        "model and beam) and report those scores as `pivot` beside the direct ones, e.g. --pivot en.")})
     off_target: bool = field(default=True, metadata={"help": (
         "Multilingual: report the share of outputs not in the target language (needs py3langid).")})
     overwrite_output_dir: bool = field(default=False, metadata={"help": (
@@ -340,6 +343,9 @@ def check_evaluation_arguments(args: EvaluationArguments) -> None:
     check_decoding_settings(args.num_beams, args.length_penalty, args.max_tokens, args.max_new_tokens)
     check_positive_int(args.bootstrap_samples, "--bootstrap_samples")
     check_device(args.device)
+    if args.pivot and not args.language_pairs:
+        raise ValueError("--pivot translates the directions of a multilingual evaluation through a language: pass "
+                         "--language_pairs (e.g. en-de,de-en,de-fr --pivot en).")
 
 
 def _warn_empty_references(references: Sequence[str]) -> None:
@@ -608,7 +614,10 @@ def evaluate_directions(args) -> dict:
     Writes ``output_dir/DIRECTION/hypotheses.txt`` and ``output_dir/results.json`` with the settings,
     ``directions`` (the scores of `evaluation.score_translations` plus ``off_target_rate`` per direction),
     ``averages`` per group (`direction_groups`) and, given `args.baseline_results`, ``win_ratio`` (over
-    sacreBLEU) with ``paired_bootstrap`` per direction (against the baseline's hypotheses of that direction).
+    sacreBLEU, overall and per group) with ``paired_bootstrap`` per direction (against the baseline's hypotheses of
+    that direction). With `args.pivot` each direction without the pivot language also gets ``pivot``, the scores of
+    its translation through it (`translate_through_pivot`; ``DIRECTION/pivot_hypotheses.txt``), and the groups of
+    such directions their ``pivot_*`` averages. Together: Xu et al. 2024, Table 7's report (`results_table`).
     """
     if args.data is None or args.source_lang or args.target_lang or args.source_file or args.baseline_hypotheses:
         raise ValueError("--language_pairs takes the test set from --data (with --split) and replaces --source_lang/"
@@ -619,6 +628,7 @@ def evaluate_directions(args) -> dict:
     subset = [pair_name(direction) for direction in parse_language_pairs(args.average_subset)] if args.average_subset \
         else []
     groups = direction_groups(names, subset)
+    pivoted = pivot_directions(names, args.pivot) if args.pivot else []
     if args.baseline_results and Path(args.baseline_results).resolve().parent == Path(args.output_dir).resolve():
         raise ValueError(f"--baseline_results {args.baseline_results} is in the folder this evaluation writes (its "
                          "results.json and DIRECTION/hypotheses.txt would be replaced); give another --output_dir.")
@@ -638,6 +648,8 @@ def evaluate_directions(args) -> dict:
     tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
     model = load_model_for_evaluation(args)
     check_directions(model, tokenizer, [tuple(name.split("-")) for name in names], with_tags=True)
+    if pivoted:
+        check_directions(model, tokenizer, [leg for name in pivoted for leg in pivot_legs(name, args.pivot)], True)
     tagged = [tag_source(pair[name.split("-")[0]], name.split("-")[1]) for name in names for pair in tests[name]]
     translations = translate_sentences(
         model, tokenizer, tagged, num_beams=args.num_beams, length_penalty=args.length_penalty,
@@ -660,6 +672,9 @@ def evaluate_directions(args) -> dict:
                                    num_samples=args.bootstrap_samples),
             }
         write_lines(hypotheses, Path(args.output_dir) / name / "hypotheses.txt")
+    averages = group_averages(directions, groups)
+    pivot_seconds = _score_pivot(model, tokenizer, tests, pivoted, args, identifier, directions, averages, groups) \
+        if pivoted else None
     results = {
         "model": args.model, "model_weights_sha256": weights_digest(args.model), "test_set": args.data,
         "split": args.split, "num_beams": args.num_beams,
@@ -668,17 +683,91 @@ def evaluate_directions(args) -> dict:
         "off_target_skipped": off_target_skipped,
         "seconds": round(translations.seconds, 3), "sentences_per_second": round(translations.sentences_per_second, 2),
         "device": str(model.device), "dtype": args.dtype, "quantize": args.quantize, "use_shortlist": args.use_shortlist,
-        "directions": directions, "averages": group_averages(directions, groups),
+        "subset": subset, "pivot": args.pivot, "pivot_seconds": pivot_seconds,
+        "directions": directions, "averages": averages,
     }
     if baseline is not None:
         baseline_scores = json.loads(Path(args.baseline_results).read_text())["directions"]
+        system = {name: scores["sacrebleu"] for name, scores in directions.items()}
+        reference = {name: baseline_scores[name]["sacrebleu"] for name in names}
         results["win_ratio"] = {
-            "baseline": args.baseline_results, "metric": "sacrebleu",
-            **win_ratio({name: scores["sacrebleu"] for name, scores in directions.items()},
-                        {name: baseline_scores[name]["sacrebleu"] for name in names}),
+            "baseline": args.baseline_results, "metric": "sacrebleu", **win_ratio(system, reference),
+            "groups": {group: win_ratio({name: system[name] for name in members}, reference)
+                       for group, members in groups.items() if group != "all"},
         }
     write_json(results, Path(args.output_dir) / "results.json")
     return results
+
+
+def pivot_directions(names: Sequence[str], pivot: str) -> list[str]:
+    """The directions of `names` that do not involve `pivot` (the zero-shot ones, for an English-centric model)."""
+    directions = [name for name in names if pivot not in name.split("-")]
+    if not directions:
+        raise ValueError(f"--pivot {pivot}: every evaluated direction ({', '.join(names)}) involves {pivot}; pivot "
+                         f"translation is for directions without it, e.g. de-fr through en.")
+    return directions
+
+
+def pivot_legs(name: str, pivot: str) -> list[tuple[str, str]]:
+    """The two directions of X -> pivot -> Y for "X-Y"."""
+    source, target = name.split("-")
+    return [(source, pivot), (pivot, target)]
+
+
+def translate_through_pivot(model, tokenizer, tests: Mapping[str, Sequence[Mapping[str, str]]], names: Sequence[str],
+                            pivot: str, **decoding) -> tuple[dict[str, list[str]], dict[str, list[str]], float]:
+    """X -> pivot -> Y with the same model for each direction "X-Y" of `names`, the test pairs of `tests[name]`:
+    ({direction: translations into Y}, {direction: the pivot-language translations}, seconds). Each distinct source
+    sentence goes into the pivot language once (de-fr and de-cs share the German ones), in one decoding pass; then
+    every intermediate into its direction's target language, in a second. `decoding`: `translate_sentences`'s
+    settings. An empty source, or an empty intermediate, gives "" without decoding."""
+    first_leg = {}  # (language, sentence) -> its position in the first pass
+    for name in names:
+        source = name.split("-")[0]
+        for pair in tests[name]:
+            first_leg.setdefault((source, pair[source]), len(first_leg))
+    into_pivot = translate_sentences(model, tokenizer, [_tagged(text, pivot) for _, text in first_leg], **decoding)
+    intermediates = {name: [into_pivot.hypotheses[first_leg[(name.split("-")[0], pair[name.split("-")[0]])]]
+                            for pair in tests[name]] for name in names}
+    second_leg = [_tagged(text, name.split("-")[1]) for name in names for text in intermediates[name]]
+    out_of_pivot = translate_sentences(model, tokenizer, second_leg, **decoding)
+    translations, start = {}, 0
+    for name in names:
+        translations[name] = out_of_pivot.hypotheses[start: start + len(tests[name])]
+        start += len(tests[name])
+    return translations, intermediates, into_pivot.seconds + out_of_pivot.seconds
+
+
+def _tagged(text: str, target_lang: str) -> str:
+    return tag_source(text, target_lang) if text.strip() else ""
+
+
+def _score_pivot(model, tokenizer, tests, names, args, identifier, directions: dict, averages: dict,
+                 groups: Mapping[str, Sequence[str]]) -> float:
+    """Translate `names` through `args.pivot`, add each one's ``pivot`` scores to `directions` and the ``pivot_*``
+    averages to the groups made only of such directions, write DIRECTION/pivot_hypotheses.txt (and the
+    intermediates, DIRECTION/pivot_{pivot}.txt); return the seconds."""
+    decoding = dict(num_beams=args.num_beams, length_penalty=args.length_penalty, max_tokens=args.max_tokens,
+                    **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}))
+    translations, intermediates, seconds = translate_through_pivot(model, tokenizer, tests, names, args.pivot,
+                                                                   **decoding)
+    for name, hypotheses in translations.items():
+        target_lang = name.split("-")[1]
+        references = [pair[target_lang] for pair in tests[name]]
+        directions[name]["pivot"] = {
+            "via": args.pivot, **score_translations(hypotheses, references, target_lang),
+            "off_target_rate": off_target_rate(hypotheses, target_lang, identifier) if identifier else None}
+        write_lines(hypotheses, Path(args.output_dir) / name / "pivot_hypotheses.txt")
+        write_lines(intermediates[name], Path(args.output_dir) / name / f"pivot_{args.pivot}.txt")
+    for group, members in groups.items():
+        if all("pivot" in directions[member] for member in members):
+            pivot_scores = group_averages({member: directions[member]["pivot"] for member in members}, {group: members})
+            averages[group].update({f"pivot_{metric}": value for metric, value in pivot_scores[group].items()
+                                    if metric != "directions"})
+            if averages[group].get("pivot_sacrebleu"):
+                averages[group]["direct_share_of_pivot"] = round(averages[group]["sacrebleu"]
+                                                                 / averages[group]["pivot_sacrebleu"], 4)
+    return round(seconds, 3)
 
 
 def _off_target_identifier(wanted: bool, names: Sequence[str]) -> tuple[LanguageIdentifier | None, str | None]:
@@ -710,40 +799,102 @@ def _read_baseline(path: str, names: Sequence[str]) -> dict[str, Path]:
 
 
 def results_table(results: Mapping, baseline: Mapping | None = None) -> list[str]:
-    """Markdown lines: one row per direction of a multilingual results.json, then one per group average.
-
-    With `baseline` (another results.json of the same directions) each row adds its sacreBLEU and the paired
-    bootstrap p-value stored in `results` (evaluated with --baseline_results).
-    """
+    """Markdown lines for a multilingual results.json, Xu et al. 2024, Table 7's report: one row per direction, then
+    one per group average (out of / into English, zero-shot, all, the chosen subset), with chrF and the off-target
+    rate; with `--pivot` the scores through the pivot language; with `baseline` (another results.json of the same
+    directions) its sacreBLEU and the paired bootstrap p-value stored in `results` (evaluated with
+    --baseline_results); then the win ratios, overall and per group, and the subset's averages out of and into
+    English (the papers' BLEU4)."""
     with_baseline = baseline is not None
     if with_baseline:
         missing = [name for name in results["directions"] if name not in baseline.get("directions", {})]
         if missing:
             raise ValueError(f"The baseline has no {missing} (it has {sorted(baseline.get('directions', {}))}): give "
                              "the baseline's results.json of the same directions.")
-    header = "| direction | sacreBLEU | chrF | off-target |" + (" baseline sacreBLEU | p (bootstrap) |" if with_baseline
-                                                               else "")
+    with_pivot = any("pivot" in scores for scores in results["directions"].values())
+    header = ("| direction | sacreBLEU | chrF | off-target |" + (" pivot sacreBLEU | pivot off-target |" if with_pivot else "")
+              + (" baseline sacreBLEU | p (bootstrap) |" if with_baseline else ""))
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
 
-    def cell(value, percent=False):
-        if value is None:
-            return "-"
-        return f"{100 * value:.1f}%" if percent else f"{value:.2f}"
-
     for name, scores in results["directions"].items():
-        row = [name, cell(scores["sacrebleu"]), cell(scores["chrf"]), cell(scores.get("off_target_rate"), True)]
+        row = [name, _cell(scores["sacrebleu"]), _cell(scores["chrf"]), _cell(scores.get("off_target_rate"), True)]
+        if with_pivot:
+            pivot = scores.get("pivot", {})
+            row += [_cell(pivot.get("sacrebleu")), _cell(pivot.get("off_target_rate"), True)]
         if with_baseline:
             bootstrap = scores.get("paired_bootstrap", {})
-            row += [cell(baseline["directions"][name]["sacrebleu"]), cell(bootstrap.get("p_value"))]
+            row += [_cell(baseline["directions"][name]["sacrebleu"]), _cell(bootstrap.get("p_value"))]
         lines.append("| " + " | ".join(row) + " |")
     for group, scores in results["averages"].items():
-        row = [f"**{group.replace('_', ' ')}** ({scores['directions']})", cell(scores.get("sacrebleu")),
-               cell(scores.get("chrf")), cell(scores.get("off_target_rate"), True)]
+        row = [f"**{group.replace('_', ' ')}** ({scores['directions']})", _cell(scores.get("sacrebleu")),
+               _cell(scores.get("chrf")), _cell(scores.get("off_target_rate"), True)]
+        if with_pivot:
+            row += [_cell(scores.get("pivot_sacrebleu")), _cell(scores.get("pivot_off_target_rate"), True)]
         if with_baseline:
-            row += [cell(baseline["averages"].get(group, {}).get("sacrebleu")), ""]
+            row += [_cell(baseline["averages"].get(group, {}).get("sacrebleu")), ""]
         lines.append("| " + " | ".join(row) + " |")
+    return lines + _summary_lines(results)
+
+
+def _cell(value, percent=False) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:.1f}%" if percent else f"{value:.2f}"
+
+
+def _summary_lines(results: Mapping) -> list[str]:
+    """The lines under `results_table`'s table: win ratios, the pivot comparison, the subset per side."""
+    lines = []
     if "win_ratio" in results:
         ratio = results["win_ratio"]
+        per_group = "; ".join(f"{group.replace('_', ' ')} {each['wins']} of {each['directions']} ({each['win_ratio']:.2f})"
+                              for group, each in ratio.get("groups", {}).items())
         lines += ["", f"Win ratio over the baseline ({ratio['metric']}): {ratio['wins']} of {ratio['directions']} "
-                      f"directions ({ratio['win_ratio']:.2f}), {ratio['ties']} ties."]
+                      f"directions ({ratio['win_ratio']:.2f}), {ratio['ties']} ties" + (f"; {per_group}." if per_group else ".")]
+    zero_shot = results["averages"].get("zero_shot", {})
+    if zero_shot.get("pivot_sacrebleu") is not None:
+        share = zero_shot.get("direct_share_of_pivot")
+        lines += ["", f"Zero-shot: direct {zero_shot['sacrebleu']:.2f} sacreBLEU, through {results.get('pivot')} "
+                      f"{zero_shot['pivot_sacrebleu']:.2f}" + (f" (direct = {100 * share:.0f}% of pivot)" if share else "")
+                      + "."]
+    sides = subset_sides(results)
+    if sides:
+        lines += ["", "Subset averages (sacreBLEU): " + "; ".join(
+            f"{side.replace('_', ' ')} {value:.2f} ({count})" for side, (value, count) in sides.items()) + "."]
+    return lines
+
+
+def subset_sides(results: Mapping) -> dict[str, tuple[float, int]]:
+    """{"out_of_english": (mean sacreBLEU, directions), "into_english": ...} over the `--average_subset` directions
+    of each side (the papers' BLEU4 for En->xx and xx->En); empty without a subset."""
+    subset = results.get("subset") or []
+    sides = {}
+    for side in ("out_of_english", "into_english"):
+        members = [name for name in subset if name in direction_groups(list(results["directions"])).get(side, [])]
+        if members:
+            values = [results["directions"][name]["sacrebleu"] for name in members]
+            sides[side] = (round(sum(values) / len(values), 2), len(members))
+    return sides
+
+
+def systems_table(systems: Mapping[str, Mapping]) -> list[str]:
+    """Markdown lines of Xu et al. 2024, Table 7 over several systems' multilingual results.json (by name): sacreBLEU
+    averaged out of English, into English and over the zero-shot directions, the subset's averages (BLEU4) and the
+    win ratio of each side (of results evaluated with --baseline_results), the zero-shot off-target rate, the pivot
+    sacreBLEU and the direct share of it (of results evaluated with --pivot)."""
+    header = ("| system | out of en | subset | WR | into en | subset | WR | zero-shot | off-target | pivot | "
+              "direct / pivot |")
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for name, results in systems.items():
+        averages, sides = results["averages"], subset_sides(results)
+        ratios = results.get("win_ratio", {}).get("groups", {})
+        zero_shot = averages.get("zero_shot", {})
+        row = [name]
+        for side in ("out_of_english", "into_english"):
+            ratio = ratios.get(side, {}).get("win_ratio")
+            row += [_cell(averages.get(side, {}).get("sacrebleu")), _cell(sides.get(side, (None,))[0]),
+                    "-" if ratio is None else f"{100 * ratio:.1f}%"]
+        row += [_cell(zero_shot.get("sacrebleu")), _cell(zero_shot.get("off_target_rate"), True),
+                _cell(zero_shot.get("pivot_sacrebleu")), _cell(zero_shot.get("direct_share_of_pivot"), True)]
+        lines.append("| " + " | ".join(row) + " |")
     return lines

@@ -32,6 +32,14 @@ ARCHITECTURE_FIELDS = (
     "dropout", "attention_dropout", "activation_dropout", "label_smoothing", "vocab_size", "max_position_embeddings",
     "position_embedding_type", "tie_word_embeddings", "activation_function",
 )
+# Shown, with their paper cited, only by a model that has them on.
+LANGUAGE_AWARE_FIELDS = ("language_aware_norm", "language_aware_transform")
+ZHANG_2020 = """@inproceedings{zhang2020improving,
+  title     = {Improving Massively Multilingual Neural Machine Translation and Zero-Shot Translation},
+  author    = {Zhang, Biao and Williams, Philip and Titov, Ivan and Sennrich, Rico},
+  booktitle = {Proceedings of the 58th Annual Meeting of the Association for Computational Linguistics},
+  year      = {2020}
+}"""
 
 
 def family_member(config) -> FamilyMember:
@@ -86,8 +94,9 @@ def model_card(
         "built with modeling_dwlstm on Hugging Face Transformers.", "",
         "## Architecture", "", "| setting | value |", "|---|---|", f"| model_type | `{config.model_type}` |",
     ]
+    language_aware = bool(getattr(config, "language_aware", False))
     lines += [f"| {field} | `{getattr(config, field)}` |" for field in ARCHITECTURE_FIELDS + member.card_fields
-              if field not in config.unused_fields()]
+              + (LANGUAGE_AWARE_FIELDS if language_aware else ()) if field not in config.unused_fields()]
     lines += ["", "## Training data", "", training_data.strip(), ""]
     lines += ["## Evaluation", ""] + (_results_lines(results) if results else ["Not evaluated yet.", ""])
     lines += [
@@ -98,7 +107,8 @@ def model_card(
         f'model = AutoModelForSeq2SeqLM.from_pretrained("{name}", trust_remote_code=True)',
         f'translator = pipeline("{task}", model="{name}", trust_remote_code=True)',
         f'print(translator({example}))', "```", "",
-        "## Citation", "", "```bibtex", *"\n\n".join(member.citations).split("\n"),
+        "## Citation", "", "```bibtex",
+        *"\n\n".join(member.citations + ((ZHANG_2020,) if language_aware else ())).split("\n"),
         "```", "",
     ]
     return "\n".join(lines)

@@ -69,9 +69,10 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from modeling_dwlstm.precision import cpu_features
-from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs
+from modeling_dwlstm.tokenization_dwlstm import language_tag_ids, tokenizer_model_kwargs
 
 from .arguments import check_finite_number, check_positive_int
+from .back_translation import RandomOnlineBackTranslation
 from .batching import TokenBatchSampler
 from .checkpoints import (
     RUN_ARGUMENTS_NAME,
@@ -216,6 +217,10 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     output_dir: str | None = field(default=None, metadata={"help": "Where checkpoints and the final model go."})
     overwrite_output_dir: bool = field(default=False, metadata={"help": (
         "Train into a non-empty --output_dir, deleting its checkpoints first (refused otherwise).")})
+    robt: float = field(default=0.0, metadata={"help": (
+        "Multilingual: random online back-translation (Zhang et al. 2020): this share of each batch's pairs (x, y) "
+        "also trains as (<2t> x', y), x' the current model's greedy translation of y into a random other language; "
+        "1 = every pair, as Zhang et al.; 0 = off. For a whole run, or as a fine-tuning stage from a trained model.")})
 
     def __post_init__(self):
         if self.output_dir is None:
@@ -252,6 +257,9 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         check_positive_int(self.generation_num_beams, "--generation_num_beams", allow_none=True)
         check_positive_int(self.generation_max_length, "--generation_max_length", allow_none=True)
         check_finite_number(self.max_grad_norm, "--max_grad_norm", minimum=0)
+        check_finite_number(self.robt, "--robt", minimum=0)
+        if self.robt > 1:
+            raise ValueError(f"--robt is the share of each batch's pairs back-translated, at most 1; got {self.robt}.")
         for name in ("save_steps", "eval_steps"):
             value = getattr(self, name)
             if value is not None:
@@ -272,10 +280,14 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     `SkipBatchSampler` the Trainer wraps around it when it resumes mid-epoch).
     """
 
-    def __init__(self, *args, max_tokens: int, sampling_temperature: float = 1.0, **kwargs):
+    def __init__(self, *args, max_tokens: int, sampling_temperature: float = 1.0,
+                 back_translation: RandomOnlineBackTranslation | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
         self.sampling_temperature = sampling_temperature
+        self.back_translation = back_translation
+        self._micro_batch = (-1, 0)  # (update, micro-batch within it): what ROBT's draws are seeded by
+        self._robt_interval = None  # (update, time) where ROBT's logged counts began
 
     def get_train_dataloader(self) -> DataLoader:
         if self.train_dataset is None:
@@ -307,7 +319,14 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         """The Trainer's step, stopping at once when the loss is not finite (the Trainer's logging would show
         the mean of the finite losses, "loss 0", while every weight became NaN). Under fp16 a few overflows in
-        a row are normal (the loss scaler skips those steps), so only `FP16_OVERFLOWS_ALLOWED` are tolerated."""
+        a row are normal (the loss scaler skips those steps), so only `FP16_OVERFLOWS_ALLOWED` are tolerated.
+        With ROBT the batch first gets its synthetic pairs (`back_translation`)."""
+        if self.back_translation is not None:
+            step = self.state.global_step
+            self._robt_interval = self._robt_interval or (step, time.monotonic())
+            self._micro_batch = (step, self._micro_batch[1] + 1 if self._micro_batch[0] == step else 0)
+            inputs = self.back_translation.extend(self.accelerator.unwrap_model(model), self._prepare_inputs(inputs),
+                                                  step, self.args.process_index, self._micro_batch[1])
         loss = super().training_step(model, inputs, num_items_in_batch)
         if bool(torch.isfinite(loss)):
             self._overflows = 0
@@ -316,6 +335,20 @@ class TokenBatchSeq2SeqTrainer(Seq2SeqTrainer):
         if not self.args.fp16 or self._overflows > FP16_OVERFLOWS_ALLOWED:
             raise TrainingDiverged(self.state.global_step + 1, float(loss), self.args)
         return loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """The Trainer's log, with ROBT's cost on each training log: `robt_pairs_per_update` (synthetic pairs, all
+        processes), `robt_seconds_per_update` (this process's back-translation time) and `robt_time_share` (of the
+        wall time since the last log)."""
+        if self.back_translation is not None and "loss" in logs and self._robt_interval is not None:
+            (first_step, started), now = self._robt_interval, time.monotonic()
+            updates = max(1, self.state.global_step - first_step)
+            pairs, seconds = self.back_translation.take_counts()
+            pairs = int(self.accelerator.reduce(torch.tensor(pairs, device=self.args.device), "sum"))
+            logs.update(robt_pairs_per_update=round(pairs / updates, 2), robt_seconds_per_update=round(seconds / updates, 4),
+                        robt_time_share=round(seconds / max(now - started, 1e-9), 4))
+            self._robt_interval = (self.state.global_step, now)
+        super().log(logs, start_time)
 
 
 FP16_OVERFLOWS_ALLOWED = 8
@@ -442,8 +475,11 @@ def token_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
     return tuple(pc.list_value_length(table[name]).to_numpy().astype(np.int64) for name in ("input_ids", "labels"))
 
 
-def build_model_and_tokenizer(model_args: ModelArguments, language_pair: str | None = None):
-    """(model, tokenizer): a fresh model from a config JSON file sized to the tokenizer, or a saved one."""
+def build_model_and_tokenizer(model_args: ModelArguments, language_pairs: str | list[str] = ()):
+    """(model, tokenizer): a fresh model from a config JSON file sized to the tokenizer, or a saved one.
+
+    `language_pairs` ("en-de", or a list) are the directions of the run: a fresh config lists them before it is
+    built (a language-aware model has a row of parameters per target language); a saved model keeps its own."""
     path = Path(model_args.model_name_or_path)
     tokenizer_path = model_args.tokenizer_name_or_path or model_args.model_name_or_path
     if path.suffix == ".json" and tokenizer_path == model_args.model_name_or_path:
@@ -456,11 +492,11 @@ def build_model_and_tokenizer(model_args: ModelArguments, language_pair: str | N
         if settings.get("vocab_size", len(tokenizer)) != len(tokenizer):
             logger.info("vocab_size %d of %s replaced by the tokenizer's %d.", settings["vocab_size"], path,
                         len(tokenizer))
+        pairs = [language_pairs] if isinstance(language_pairs, str) else list(language_pairs)
+        settings["language_pairs"] = list(dict.fromkeys([*settings.get("language_pairs", []), *pairs]))
         config = AutoConfig.for_model(settings.pop("model_type"), **{**settings, **tokenizer_model_kwargs(tokenizer)})
         if model_args.config_overrides:
             apply_config_overrides(config, model_args.config_overrides)
-        if language_pair and language_pair not in config.language_pairs:
-            config.language_pairs = [*config.language_pairs, language_pair]
         model = AutoModelForSeq2SeqLM.from_config(config)
     else:
         if model_args.config_overrides:
@@ -654,7 +690,7 @@ FIXED_WHEN_RESUMING = (
     "train_split", "hub_config", "max_length", "max_tokens", "target_tokens_per_update", "max_train_pairs",
     "add_language_tag", "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm",
     "lr_scheduler_type", "warmup_steps", "seed", "data_seed", "gradient_accumulation_steps", "optim", "fp16", "bf16",
-    "streaming", "stream_buffer_pairs",
+    "streaming", "stream_buffer_pairs", "robt",
 )
 
 
@@ -759,6 +795,9 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
     if not data_args.source_lang or not data_args.target_lang:
         raise ValueError("Pass --source_lang and --target_lang (one direction), or --language_pairs (several).")
     language_pair = f"{data_args.source_lang}-{data_args.target_lang}"
+    if training_args.robt:
+        raise ValueError("--robt back-translates into the model's other target languages: it is for multilingual "
+                         "training (--language_pairs).")
     model, tokenizer = build_model_and_tokenizer(model_args, language_pair)
     with training_args.main_process_first(desc="loading and tokenizing the data"):
         if data_args.streaming:
@@ -785,12 +824,12 @@ def _train_multilingual(model_args, data_args, training_args, resume, callbacks)
     if data_args.validation_dataset:
         raise ValueError("--validation_dataset is for one direction; multilingual validation reads "
                          "--validation_split of each training source.")
-    model, tokenizer = build_model_and_tokenizer(model_args)
     with training_args.main_process_first(desc="loading and tokenizing the data"):
         sources = parse_sources(data_args.dataset, data_args.language_pairs, data_args.more_datasets or (),
                                 data_args.train_split)
         names = [pair_name(direction) for _, directions in sources for direction in directions]
-        model.config.language_pairs = list(dict.fromkeys([*model.config.language_pairs, *names]))
+        model, tokenizer = build_model_and_tokenizer(model_args, names)  # a language-aware model needs them built in
+        add_language_pairs(model.config, names)
 
         def load(split, max_pairs, max_length):
             corpus = load_multilingual_corpus(sources, split, max_pairs=max_pairs, hub_config=data_args.hub_config)
@@ -804,8 +843,25 @@ def _train_multilingual(model_args, data_args, training_args, resume, callbacks)
         eval_dataset = None
         if data_args.validation_split:
             eval_dataset = split_by_direction(load(data_args.validation_split, data_args.max_validation_pairs, None))
+    back_translation = None
+    if training_args.robt:
+        back_translation = RandomOnlineBackTranslation(
+            training_args.robt, language_tag_ids(tokenizer), model.config.target_languages, tokenizer.pad_token_id,
+            tokenizer.eos_token_id, seed=training_args.seed, max_length=data_args.max_length or 256)
     return _train(model, tokenizer, train_dataset, eval_dataset, model_args=model_args, data_args=data_args,
-                  training_args=training_args, resume=resume, callbacks=callbacks, target_lang=None)
+                  training_args=training_args, resume=resume, callbacks=callbacks, target_lang=None,
+                  back_translation=back_translation)
+
+
+def add_language_pairs(config, names: list[str]) -> None:
+    """List the run's directions in `config.language_pairs`; a language-aware model's target languages (the rows of
+    its parameters) cannot change."""
+    before = config.target_languages
+    config.language_pairs = list(dict.fromkeys([*config.language_pairs, *names]))
+    if config.language_aware and config.target_languages != before:
+        raise ValueError(f"The model has language-aware parameters for the target languages {before}; the directions "
+                         f"{names} add {sorted(set(config.target_languages) - set(before))}, which it has no parameters "
+                         "for. Train the new target languages into a new model (a config file), or leave them out.")
 
 
 def training_stream(sources, tokenizer, data_args: DataArguments, training_args: TranslationTrainingArguments,
@@ -859,7 +915,7 @@ def _resume_stream(stream: StreamingTokenBatches, checkpoint: str) -> None:
 
 
 def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_args, training_args, resume, callbacks,
-           target_lang):
+           target_lang, back_translation=None):
     """The shared second half of bilingual and multilingual training: checks, the Trainer, the final save."""
     streaming = isinstance(train_dataset, StreamingTokenBatches)
     if streaming:  # the first window stands for the stream: a tokenizer that cannot spell it shows there
@@ -894,6 +950,7 @@ def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_ar
                    CheckpointRecordCallback(arguments), TimeEstimateCallback(), ShardedLayersCallback(),
                    *(callbacks or [])],
         max_tokens=data_args.max_tokens, sampling_temperature=data_args.sampling_temperature,
+        back_translation=back_translation,
     )
     # One line per log event: ReadableLogCallback's, not also the Trainer's printed dict.
     trainer.remove_callback(PrinterCallback)

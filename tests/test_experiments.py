@@ -1,12 +1,14 @@
 """The results runner end to end on a tiny experiment (two members, four updates), its skip / resume
 behaviour and the table it writes; the experiment-file checks; the two plotting functions."""
 
+import gzip
 import json
 import shutil
 from pathlib import Path
 
 import matplotlib.image
 import pytest
+from conftest import MULTI30K
 
 from nmt_toolkit.lab.experiments import load_experiment, run_experiments, write_results_table
 from nmt_toolkit.lab.plotting import plot_bleu_intervals, plot_training, read_log_history
@@ -147,3 +149,98 @@ def test_plots_write_pictures_and_reject_runs_without_validation(tmp_path):
         assert height > 300 and width > 400
     with pytest.raises(ValueError, match="no validation loss"):
         plot_training({"c": [{"step": 2, "loss": 3.0}]}, tmp_path / "x.png")
+
+
+def tiny_multilingual_experiment(folder: Path, **changes) -> Path:
+    """`tiny_experiment`'s splits with three languages of Multi30k (60 training, 8 validation and 8 test sentences),
+    four training directions, two zero-shot ones; the Table 7 baseline, and that model fine-tuned with ROBT, compared
+    with it."""
+    path = tiny_experiment(
+        folder, name="tiny-m2m", description="Four directions, two zero-shot ones, two updates.",
+        data={"dataset": "corpus", "language_pairs": "en-de,de-en,en-fr,fr-en", "validation_split": "valid",
+              "test_split": "test"},
+        tokenizer={"merges": 300, "min_frequency": 1}, model={**TINY_MODEL, "max_position_embeddings": 256},
+        training={"max_steps": 2, "max_tokens": 256, "learning_rate": 0.001, "warmup_steps": 1, "save_steps": 2,
+                  "eval_steps": 2, "logging_steps": 1, "save_total_limit": 1, "max_validation_pairs": 2,
+                  "sampling_temperature": 5},
+        average_last=1,
+        evaluation={"num_beams": 1, "max_new_tokens": 5, "language_pairs": "en-de,de-en,en-fr,fr-en,de-fr,fr-de",
+                    "pivot": "en", "average_subset": "en-de,de-en", "bootstrap_samples": 20},
+        baseline="laln-lalt",
+        runs=[{"name": "laln-lalt", "config": str(HUB_CONFIGS / "residual-prenorm-base-6l.json"),
+               "model": {"language_aware_norm": True, "language_aware_transform": True}},
+              {"name": "robt", "from": "laln-lalt", "training": {"robt": 1.0, "max_steps": 1, "save_steps": 1}}],
+        **changes)
+    for split, source, count in (("train", "train", 60), ("valid", "val", 8), ("test", "test_2016_flickr", 8)):
+        for language in ("en", "de", "fr"):  # Multi30k's lines in place of the generated en-de corpus
+            with gzip.open(MULTI30K / f"{source}.{language}.gz", "rt", encoding="utf-8") as lines:
+                (folder / "corpus" / f"{split}.{language}").write_text("".join(next(lines) for _ in range(count)),
+                                                                       encoding="utf-8")
+    return path
+
+
+def test_multilingual_campaign_with_a_fine_tuning_stage(tmp_path):
+    experiment = tiny_multilingual_experiment(tmp_path)
+    output, record = tmp_path / "runs", tmp_path / "record"
+    done = run_experiments(experiment, output_dir=output, record_dir=record, threads=1)
+    assert [line.split(" (")[0] for line in done] == [
+        f"tokenizer {record / 'tokenizer'}",
+        *(f"{stage} {run}-seed1" for run in ("laln-lalt", "robt") for stage in ("train", "average", "evaluate", "record")),
+        f"table {record / 'results.md'}"]
+    robt = json.loads((record / "robt-seed1" / "record.json").read_text())
+    assert robt["from"] == "laln-lalt" and robt["steps"] == 1 and robt["robt_seconds"] > 0
+    assert f"--model_name_or_path {output / 'laln-lalt-seed1' / 'averaged'}" in robt["commands"]["train"]
+    assert "--robt 1.0" in robt["commands"]["train"] and "--config_overrides" not in robt["commands"]["train"]
+    assert "language_aware_norm=True,language_aware_transform=True" in json.loads(
+        (record / "laln-lalt-seed1" / "record.json").read_text())["commands"]["train"]
+    assert (record / "robt-seed1" / "test" / "de-fr" / "pivot_hypotheses.txt").is_file()
+
+    results = json.loads((record / "results.json").read_text())
+    rows = {row["run_id"]: row for row in results["rows"]}
+    assert rows["laln-lalt-seed1"]["win_ratio"] is None  # the baseline is not compared with itself
+    assert rows["robt-seed1"]["win_ratio"]["baseline"] == str(output / "laln-lalt-seed1" / "test" / "results.json")
+    assert set(rows["robt-seed1"]["win_ratio"]["groups"]) == {"out_of_english", "into_english", "zero_shot", "subset"}
+    assert rows["robt-seed1"]["total_seconds"] > rows["robt-seed1"]["train_seconds"] > 0
+    assert 0 < rows["robt-seed1"]["robt_seconds"] <= rows["robt-seed1"]["train_seconds"]
+    assert "pivot_sacrebleu" in rows["robt-seed1"]["averages"]["zero_shot"]
+    table = (record / "results.md").read_text()
+    assert "## Xu et al. 2024, Table 7" in table and "| robt-seed1 | laln-lalt |" in table
+    assert "## robt-seed1 against laln-lalt-seed1" in table and "p (bootstrap)" in table
+    assert run_experiments(experiment, output_dir=output, record_dir=record, threads=1) == [
+        "skip laln-lalt-seed1", "skip robt-seed1"]
+
+
+@pytest.mark.parametrize("runs, message", [
+    ([{"name": "b", "from": "a"}, {"name": "a", "config": "c.json"}], "starts from 'a', which is not a run listed before"),
+    ([{"name": "a", "config": "c.json"}, {"name": "b", "from": "a", "config": "c.json"}], "takes no `config` or `model`"),
+    ([{"name": "a", "config": "c.json", "seeds": [1]}, {"name": "b", "from": "a", "seeds": [2]}], "has not all its seeds"),
+    ([{"name": "a", "config": "c.json", "baseline": "b"}, {"name": "b", "config": "c.json"}], "list 'b' before it"),
+])
+def test_bad_multilingual_experiment_files_are_named(tmp_path, runs, message):
+    spec = json.loads(tiny_multilingual_experiment(tmp_path).read_text())
+    (tmp_path / "c.json").write_text((HUB_CONFIGS / "dwlstm-base-6l.json").read_text())
+    (tmp_path / "bad.json").write_text(json.dumps({**spec, "baseline": None, "runs": runs}))
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_experiment(tmp_path / "bad.json")
+
+
+def test_a_multilingual_experiment_naming_one_direction_too_is_refused(tmp_path):
+    spec = json.loads(tiny_multilingual_experiment(tmp_path).read_text())
+    (tmp_path / "bad.json").write_text(json.dumps({**spec, "data": {**spec["data"], "source_lang": "en"}}))
+    with pytest.raises(ValueError, match="give one or the other"):
+        load_experiment(tmp_path / "bad.json")
+
+
+def test_the_multilingual_campaign_file_loads():
+    experiment = load_experiment(Path(__file__).resolve().parents[1] / "experiments" / "multi30k_multilingual.json")
+    assert experiment.multilingual and experiment.direction_flags() == ["--language_pairs",
+                                                                         "en-de,de-en,en-fr,fr-en,en-cs,cs-en"]
+    assert Path(experiment.data["dataset"]).name == "multi30k"
+    names = [run.name for run in experiment.runs]
+    assert names[0] == "residual-prenorm-laln-lalt" == experiment.run("dwlstm").baseline
+    assert experiment.run("dwlstm-laln-lalt").model["language_aware_norm"] is True
+    for run in experiment.runs[4:]:
+        assert run.parent in names[:4] and run.training["robt"] == 1.0 and run.model == {}
+        assert run.baseline == "residual-prenorm-laln-lalt-robt" and run.group == "robt"
+    zero_shot = {f"{s}-{t}" for s in ("de", "fr", "cs") for t in ("de", "fr", "cs") if s != t}
+    assert zero_shot <= set(experiment.evaluation["language_pairs"].split(",")) and experiment.evaluation["pivot"] == "en"

@@ -400,8 +400,10 @@ def test_evaluation_writes_every_direction_with_averages_win_ratio_and_bootstrap
     results = run_evaluation(EvaluationArguments(output_dir=str(tmp_path / "same"), average_subset="en-de",
                                                  baseline_results=str(tmp_path / "baseline" / "results.json"),
                                                  **common))
+    tie = {"directions": 1, "wins": 0, "ties": 1, "win_ratio": 0.0}
     assert results["win_ratio"] == {"baseline": str(tmp_path / "baseline" / "results.json"), "metric": "sacrebleu",
-                                    "directions": 3, "wins": 0, "ties": 3, "win_ratio": 0.0}
+                                    "directions": 3, "wins": 0, "ties": 3, "win_ratio": 0.0, "groups": dict.fromkeys(
+                                        ("out_of_english", "into_english", "zero_shot", "subset"), tie)}
     assert all(scores["paired_bootstrap"]["p_value"] == 1.0 for scores in results["directions"].values())
     assert results["averages"]["subset"]["directions"] == 1
     saved = json.loads((tmp_path / "same" / "results.json").read_text())

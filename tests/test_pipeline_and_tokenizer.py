@@ -81,6 +81,7 @@ def test_special_tokens_and_language_tags_have_fixed_ids(tokenizer):
     assert len(tokenizer) == 800
     assert tokenizer_model_kwargs(tokenizer) == {
         "vocab_size": 800, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 1,
+        "language_tag_ids": {"de": 4, "en": 5},  # what a language-aware model reads the target language from
     }
 
 

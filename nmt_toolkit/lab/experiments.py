@@ -17,6 +17,13 @@ are written to a staging folder and renamed when complete). Running the campaign
 second time. Once every run has a record, `write_results_table` writes `results.md` and `results.json`
 (mean and spread over seeds, the median seed's sacreBLEU with its 95% bootstrap interval, the paired
 bootstrap against the baseline run) and the two pictures of `plotting.py`.
+
+A multilingual experiment names `data.language_pairs` (the training directions) instead of one direction; its
+evaluation decodes `evaluation.language_pairs` (supervised and zero-shot directions), and a run with a baseline is
+evaluated against the baseline's results (`--baseline_results`: win ratios, per-direction p-values), so the
+baseline is listed before it. Its table is Xu et al. 2024, Table 7's (`evaluation.systems_table`). A run with
+`from` is a fine-tuning stage: it starts from the averaged model of the run it names (same seed), e.g. with
+`"training": {"robt": 1}`, and its record counts that run's training time too.
 """
 
 import json
@@ -37,7 +44,7 @@ from safetensors import safe_open
 
 from ..checkpoints import complete_checkpoints
 from ..data import load_parallel_corpus
-from ..evaluation import paired_bootstrap, read_lines
+from ..evaluation import paired_bootstrap, read_lines, results_table, systems_table
 from ..files import atomic_directory, atomic_write_json, atomic_write_text, claim_output_dir, releasing_output_dirs
 from .plotting import plot_bleu_intervals, plot_training
 
@@ -47,7 +54,7 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"  # the repository's sc
 PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "accelerate", "sacrebleu")
 EXPERIMENT_KEYS = {"name", "description", "data", "tokenizer", "model", "training", "average_last", "evaluation",
                    "baseline", "runs"}
-RUN_KEYS = {"name", "config", "model", "training", "seeds", "baseline", "group"}
+RUN_KEYS = {"name", "config", "model", "training", "seeds", "baseline", "group", "from"}
 
 
 @dataclass
@@ -55,12 +62,13 @@ class RunSpec:
     """One row of the table: a member's config with overrides, trained once per seed."""
 
     name: str
-    config: Path
+    config: Path | None  # None for a fine-tuning stage: the model of `parent`
     model: dict
     training: dict
     seeds: list[int]
     baseline: str | None
     group: str
+    parent: str | None = None  # the run whose averaged model a fine-tuning stage starts from
 
     def run_ids(self) -> list[str]:
         return [f"{self.name}-seed{seed}" for seed in self.seeds]
@@ -80,6 +88,16 @@ class Experiment:
     def run(self, name: str) -> RunSpec:
         return next(run for run in self.runs if run.name == name)
 
+    @property
+    def multilingual(self) -> bool:
+        return "language_pairs" in self.data
+
+    def direction_flags(self) -> list[str]:
+        """The training directions, for train_tokenizer.py and train_translation.py."""
+        if self.multilingual:
+            return ["--language_pairs", self.data["language_pairs"]]
+        return ["--source_lang", self.data["source_lang"], "--target_lang", self.data["target_lang"]]
+
 
 def load_experiment(path: str | os.PathLike) -> Experiment:
     """Read and check an experiment file; relative paths in it are relative to the file's folder."""
@@ -92,8 +110,12 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         raise ValueError(f"{path} is not valid JSON: {error}") from None
     _check_keys(spec, EXPERIMENT_KEYS, {"name", "data", "runs"}, f"{path}")
     data = dict(spec["data"])
-    _check_keys(data, {"dataset", "source_lang", "target_lang", "train_split", "validation_split", "test_split"},
-                {"dataset", "source_lang", "target_lang"}, f"{path}: data")
+    _check_keys(data, {"dataset", "source_lang", "target_lang", "language_pairs", "train_split", "validation_split",
+                       "test_split"},
+                {"dataset"} | (set() if "language_pairs" in data else {"source_lang", "target_lang"}), f"{path}: data")
+    if "language_pairs" in data and {"source_lang", "target_lang"} & set(data):
+        raise ValueError(f"{path}: data names `language_pairs` (a multilingual experiment) and `source_lang`/"
+                         "`target_lang` (one direction); give one or the other.")
     local = path.parent / data["dataset"]
     if local.exists() or not _looks_like_hub_id(data["dataset"]):
         if not local.exists():
@@ -103,24 +125,32 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     data = {"train_split": "train", "validation_split": "val", "test_split": "test", **data}
     runs, names = [], set()
     for number, run in enumerate(spec["runs"], 1):
-        _check_keys(run, RUN_KEYS, {"name", "config"}, f"{path}: run {number}")
+        _check_keys(run, RUN_KEYS, {"name"} | (set() if "from" in run else {"config"}), f"{path}: run {number}")
         if run["name"] in names:
             raise ValueError(f"{path}: two runs are named {run['name']!r}; run names must be unique.")
+        _check_stage(run, names, path)
         names.add(run["name"])
-        config = (path.parent / run["config"]).resolve()
-        if not config.is_file():
+        config = (path.parent / run["config"]).resolve() if "config" in run else None
+        if config is not None and not config.is_file():
             raise ValueError(f"{path}: run {run['name']!r}: no config file {config}.")
         seeds = run.get("seeds", [1])
         if not seeds or not all(isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds):
             raise ValueError(f"{path}: run {run['name']!r}: `seeds` must be a non-empty list of integers.")
         runs.append(RunSpec(
-            name=run["name"], config=config, model={**spec.get("model", {}), **run.get("model", {})},
+            name=run["name"], config=config, model={} if "from" in run else {**spec.get("model", {}), **run.get("model", {})},
             training={**spec.get("training", {}), **run.get("training", {})}, seeds=list(seeds),
-            baseline=run.get("baseline", spec.get("baseline")), group=run.get("group", "main"),
+            baseline=run.get("baseline", spec.get("baseline")), group=run.get("group", "main"), parent=run.get("from"),
         ))
+    order = [run.name for run in runs]
     for run in runs:
         if run.baseline is not None and run.baseline not in names:
             raise ValueError(f"{path}: run {run.name!r} compares against {run.baseline!r}, which is not a run here.")
+        if "language_pairs" in data and run.baseline and order.index(run.baseline) > order.index(run.name):
+            raise ValueError(f"{path}: run {run.name!r} is evaluated against {run.baseline!r}'s results: list "
+                             f"{run.baseline!r} before it.")
+        if run.parent is not None and not set(run.seeds) <= set(next(r for r in runs if r.name == run.parent).seeds):
+            raise ValueError(f"{path}: run {run.name!r} starts from {run.parent!r}, which has not all its seeds "
+                             f"{run.seeds}.")
     average_last = spec.get("average_last", 1)
     if not isinstance(average_last, int) or average_last < 1:
         raise ValueError(f"{path}: `average_last` must be a positive integer, got {average_last!r}.")
@@ -175,13 +205,23 @@ def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | Non
     return done
 
 
+def _check_stage(run: dict, earlier: set[str], path: Path):
+    """A fine-tuning stage (`from`) starts from a run listed before it, and takes no model settings of its own."""
+    if "from" not in run:
+        return
+    if run["from"] not in earlier:
+        raise ValueError(f"{path}: run {run['name']!r} starts from {run['from']!r}, which is not a run listed before it.")
+    if "config" in run or "model" in run:
+        raise ValueError(f"{path}: run {run['name']!r} continues {run['from']!r}'s model: it takes no `config` or "
+                         "`model` of its own.")
+
+
 def _tokenizer_stage(experiment: Experiment, tokenizer_dir: Path, log: Path, environment: dict, done: list[str]) -> Path:
     if (tokenizer_dir / "tokenizer.json").is_file():
         return tokenizer_dir
     data = experiment.data
     command = [sys.executable, str(SCRIPTS / "train_tokenizer.py"), "--dataset", data["dataset"],
-               "--source_lang", data["source_lang"], "--target_lang", data["target_lang"],
-               "--split", data["train_split"], *_flags(experiment.tokenizer)]
+               *experiment.direction_flags(), "--split", data["train_split"], *_flags(experiment.tokenizer)]
     _staged(command, tokenizer_dir, environment, "tokenizer", log)
     done.append(f"tokenizer {tokenizer_dir}")
     return tokenizer_dir
@@ -193,10 +233,10 @@ def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, to
     train_dir, averaged, test_dir = run_dir / "train", run_dir / "averaged", run_dir / "test"
     commands = {}
     started = time.time()
+    start_from = run.config if run.parent is None else run_dir.parent / f"{run.parent}-seed{seed}" / "averaged"
     train_command = [
-        sys.executable, str(SCRIPTS / "train_translation.py"), "--model_name_or_path", str(run.config),
-        "--tokenizer_name_or_path", str(tokenizer), "--dataset", data["dataset"],
-        "--source_lang", data["source_lang"], "--target_lang", data["target_lang"],
+        sys.executable, str(SCRIPTS / "train_translation.py"), "--model_name_or_path", str(start_from),
+        "--tokenizer_name_or_path", str(tokenizer), "--dataset", data["dataset"], *experiment.direction_flags(),
         "--train_split", data["train_split"], "--validation_split", data["validation_split"],
         "--eval_strategy", "steps", "--seed", str(seed), "--include_num_input_tokens_seen", "true",
         "--disable_tqdm", "true", "--output_dir", str(train_dir),
@@ -212,6 +252,9 @@ def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, to
             if train_dir.exists():  # killed before its first checkpoint: nothing there is worth keeping
                 shutil.rmtree(train_dir)
             command, note = train_command, ""
+        if run.parent is not None and not (start_from / "config.json").is_file():
+            raise StageFailed(f"training {run_id} continues {run.parent}-seed{seed}'s averaged model, {start_from}, "
+                              f"which is not there: run {run.parent} first (its --output_dir holds it).")
         train_dir.mkdir(parents=True, exist_ok=True)
         _run(command, environment, run_dir / "train.stdout.log", f"training {run_id}")
         done.append(f"train {run_id}{note}")
@@ -222,14 +265,31 @@ def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, to
         done.append(f"average {run_id}")
     commands["evaluate"] = [
         sys.executable, str(SCRIPTS / "evaluate_translation.py"), "--model", str(averaged), "--output_dir",
-        str(test_dir), "--data", data["dataset"], "--split", data["test_split"], "--source_lang",
-        data["source_lang"], "--target_lang", data["target_lang"], *_flags(experiment.evaluation),
+        str(test_dir), "--data", data["dataset"], "--split", data["test_split"],
+        *_evaluation_flags(experiment, run, run_dir.parent / f"{run.baseline}-seed{seed}" / "test"),
     ]
     if not (test_dir / "results.json").is_file():
+        baseline_results = commands["evaluate"][commands["evaluate"].index("--baseline_results") + 1] \
+            if "--baseline_results" in commands["evaluate"] else None
+        if baseline_results and not Path(baseline_results).is_file():
+            raise StageFailed(f"evaluating {run_id} needs its baseline's results, {baseline_results}: run "
+                              f"{run.baseline} (with seed {seed}) first.")
         _staged(commands["evaluate"], test_dir, environment, f"evaluating {run_id}", run_dir / "evaluate.log")
         done.append(f"evaluate {run_id}")
     _write_record(run, seed, run_id, commands, train_dir, averaged, test_dir, record, environment)
     done.append(f"record {run_id} ({time.time() - started:.0f} s)")
+
+
+def _evaluation_flags(experiment: Experiment, run: RunSpec, baseline_test_dir: Path) -> list[str]:
+    """The direction(s) of the evaluation and the experiment's settings; a multilingual run with a baseline is
+    evaluated against the baseline's results (win ratios and p-values per direction)."""
+    if not experiment.multilingual:
+        return ["--source_lang", experiment.data["source_lang"], "--target_lang", experiment.data["target_lang"],
+                *_flags(experiment.evaluation)]
+    settings = {"language_pairs": experiment.data["language_pairs"], **experiment.evaluation}
+    if run.baseline and run.baseline != run.name:
+        settings["baseline_results"] = str(baseline_test_dir / "results.json")
+    return _flags(settings)
 
 
 def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_dir: Path, averaged: Path,
@@ -241,7 +301,9 @@ def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_di
     history = [entry for entry in state["log_history"] if "eval_loss" in entry or "loss" in entry]
     wall_time = max((entry.get("wall_time", 0.0) for entry in state["log_history"]), default=0.0)
     info = {
-        "run": run.name, "seed": seed, "group": run.group, "config": str(run.config), "model_overrides": run.model,
+        "run": run.name, "seed": seed, "group": run.group, "config": run.config and str(run.config),
+        "model_overrides": run.model,
+        "from": run.parent, "robt_seconds": _robt_seconds(state["log_history"]),
         "model_type": config["model_type"], "parameters": _parameter_count(averaged),
         "steps": state["global_step"], "training_wall_seconds": wall_time,
         "source_tokens_seen": state.get("num_input_tokens_seen"),
@@ -253,7 +315,10 @@ def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_di
     }
     with atomic_directory(record, replace=True) as staging:
         shutil.copy(test_dir / "results.json", staging / "test_results.json")
-        shutil.copy(test_dir / "hypotheses.txt", staging / "hypotheses.txt")
+        if (test_dir / "hypotheses.txt").is_file():
+            shutil.copy(test_dir / "hypotheses.txt", staging / "hypotheses.txt")
+        else:  # multilingual: DIRECTION/hypotheses.txt (and the pivot translations) per direction
+            shutil.copytree(test_dir, staging / "test", ignore=shutil.ignore_patterns("results.json"))
         (staging / "log_history.json").write_text(json.dumps(history, indent=1) + "\n")
         (staging / "record.json").write_text(json.dumps(info, indent=2) + "\n")
 
@@ -270,6 +335,8 @@ def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, a
     shows those (its "seeds" column says how many of how many), a run with none is listed as not run yet,
     and a row whose baseline has no record gets no p-value. Without it a missing record is an error.
     """
+    if experiment.multilingual:
+        return write_multilingual_table(experiment, record_dir, allow_missing)
     record_dir = Path(record_dir)
     references = _references(experiment)
     rows, not_run = [], []
@@ -369,6 +436,78 @@ def _markdown(experiment: Experiment, table: list[dict], signature: str, groups:
         lines.append("")
     lines += ["![test BLEU](test_bleu.png)", ""]
     return "\n".join(lines)
+
+
+def write_multilingual_table(experiment: Experiment, record_dir: str | os.PathLike, allow_missing: bool = False) -> dict:
+    """results.md and results.json of a multilingual experiment: Xu et al. 2024, Table 7 over the runs (one row per
+    run and seed: averages out of / into English and zero-shot, subset, win ratios, off-target, pivot), what each
+    cost (a fine-tuning stage: its own time, ROBT's share of it, and the total with the run it continues), and each
+    run's per-direction table against its baseline (paired-bootstrap p-values)."""
+    record_dir = Path(record_dir)
+    records, missing = {}, []
+    for run in experiment.runs:
+        for run_id in run.run_ids():
+            if (record_dir / run_id / "record.json").is_file():
+                records[run_id] = _read_record(record_dir / run_id)
+            else:
+                missing.append(run_id)
+    if missing and not allow_missing:
+        raise FileNotFoundError(f"{record_dir}: no record yet for {', '.join(missing)}; run the campaign first, or ask "
+                                "for the table so far (allow_missing, --table_so_far).")
+    if not records:
+        raise FileNotFoundError(f"{record_dir}: no run of {experiment.name} has a record yet; nothing to tabulate.")
+    costs = {run_id: _cost(record, records) for run_id, record in records.items()}
+    lines = [f"# {experiment.name}", "", experiment.description, ""]
+    if missing:
+        lines += [f"**Campaign under way**: {len(missing)} planned runs have no record yet ({', '.join(missing)}).", ""]
+    lines += ["## Xu et al. 2024, Table 7", "", *systems_table({run_id: record["test"] for run_id, record in records.items()}),
+              "", "sacreBLEU averages; WR: win ratio against the run's baseline (directions where it scores higher); "
+              "off-target: share of zero-shot outputs not in the target language (py3langid); pivot: X -> en -> Y with "
+              "the same model.", "", "## Cost", "",
+              "| run | from | params (M) | steps | train min | ROBT min (share) | min with the run it continues |",
+              "|---|---|---|---|---|---|---|"]
+    for run_id, cost in costs.items():
+        robt = f"{cost['robt_seconds'] / 60:.1f} ({cost['robt_share']:.0%})" if cost["robt_seconds"] else "-"
+        lines.append(f"| {run_id} | {cost['from'] or '-'} | {cost['parameters'] / 1e6:.2f} | {cost['steps']} | "
+                     f"{cost['train_seconds'] / 60:.1f} | {robt} | {cost['total_seconds'] / 60:.1f} |")
+    for run_id, record in records.items():
+        baseline = record["test"].get("win_ratio", {}).get("baseline")
+        baseline_id = next((other for other in records if baseline and Path(baseline).parent.parent.name == other), None)
+        title = f"## {run_id}" + (f" against {baseline_id}" if baseline_id else "")
+        lines += ["", title, "", *results_table(record["test"], records[baseline_id]["test"] if baseline_id else None)]
+    results = {"experiment": experiment.name, "description": experiment.description, "data": experiment.data,
+               "evaluation": experiment.evaluation, "not_run_yet": missing,
+               "rows": [{"run_id": run_id, **costs[run_id], "averages": record["test"]["averages"],
+                         "win_ratio": record["test"].get("win_ratio"), "sacrebleu_signature": next(
+                             iter(record["test"]["directions"].values()))["sacrebleu_signature"]}
+                        for run_id, record in records.items()]}
+    atomic_write_json(record_dir / "results.json", results)
+    atomic_write_text(record_dir / "results.md", "\n".join(lines) + "\n")
+    return results
+
+
+def _cost(record: dict, records: dict) -> dict:
+    """What a run cost: its training time, ROBT's part of it, and with the runs it continues (found by record)."""
+    info = record["info"]
+    seconds, total, parent = info["training_wall_seconds"], info["training_wall_seconds"], info.get("from")
+    while parent:
+        parent_id = f"{parent}-seed{info['seed']}"
+        total += records[parent_id]["info"]["training_wall_seconds"] if parent_id in records else float("nan")
+        parent = records[parent_id]["info"].get("from") if parent_id in records else None
+    robt = info.get("robt_seconds") or 0.0
+    return {"run": info["run"], "seed": info["seed"], "from": info.get("from"), "parameters": info["parameters"],
+            "steps": info["steps"], "train_seconds": round(seconds, 2), "robt_seconds": round(robt, 2),
+            "robt_share": round(robt / seconds, 4) if seconds else 0.0, "total_seconds": round(total, 2)}
+
+
+def _robt_seconds(log_history: list[dict]) -> float:
+    """Seconds a run spent on ROBT's back-translation: each training log's per-update time times its updates."""
+    seconds, previous = 0.0, 0
+    for entry in log_history:
+        if "loss" in entry and "step" in entry:
+            seconds += entry.get("robt_seconds_per_update", 0.0) * (entry["step"] - previous)
+            previous = entry["step"]
+    return round(seconds, 2)
 
 
 def _read_record(record: Path) -> dict:
