@@ -243,7 +243,7 @@ def test_accelerates_single_process_launcher_asked_for_several_is_refused(monkey
     """`accelerate launch --cpu --num_processes 2` (and `--num_processes 2` without --multi_gpu on a machine without
     GPUs) starts one process: in the environment accelerate's single-process launcher gives it, it says so instead
     of training alone."""
-    for key in [*[key for key in os.environ if key.startswith("ACCELERATE_")], "WORLD_SIZE", "MASTER_PORT"]:
+    for key in [*[key for key in os.environ if key.startswith("ACCELERATE_")], "WORLD_SIZE", "MASTER_PORT", "OMP_NUM_THREADS"]:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
     arguments, _, _ = _validate_launch_command(launch_command_parser().parse_args([*launch_flags, "train.py"]))
