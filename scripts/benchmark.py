@@ -3,8 +3,8 @@
     python scripts/benchmark.py                    # small and base, lengths 16/64/256, 3 repeats
     python scripts/benchmark.py --quick            # small only, lengths 16/64, 2 repeats
     python scripts/benchmark.py --compile          # the family under torch.compile
-    python scripts/benchmark.py --deployment       # base, every precision, bf16 training, CTranslate2,
-                                                   # the 12+12 vs 24+24 pair, and the speed targets
+    python scripts/benchmark.py --deployment       # base, every precision, bf16 training, CTranslate2, the shortlist,
+                                                   # the int8 GEMM profile, the 12+12 vs 24+24 pair, the speed targets
 """
 
 import argparse
@@ -34,21 +34,23 @@ def main(argv=None):
     parser.add_argument("--ctranslate2", action="store_true", help="CTranslate2 rows: Marian and the residual pre-norm export")
     parser.add_argument("--shortlist", action="store_true",
                         help="also decode with a vocabulary shortlist: our members (use_shortlist) and CTranslate2 (use_vmap)")
+    parser.add_argument("--gemm_share", action="store_true",
+                        help="profile the depth-wise LSTM's int8 beam-4 decoding: its share in int8 matrix products")
     parser.add_argument("--depth_pair", action="store_true",
                         help="Xu et al. 2024, Table 6: 12+12 depth-wise LSTM vs 24+24 residual")
     parser.add_argument("--deployment", action="store_true",
                         help="the deployment run: base size, length 64, every precision, --bf16_training, "
-                             "--ctranslate2, --depth_pair, no memory probe")
+                             "--ctranslate2, --shortlist, --gemm_share, --depth_pair, no memory probe")
     parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
     args = parser.parse_args(argv)
     settings = BenchmarkSettings(threads=args.threads, compile=args.compile, measure_memory=not args.no_memory,
                                  train_bf16=args.bf16_training, ctranslate2=args.ctranslate2, depth_pair=args.depth_pair,
-                                 shortlist=args.shortlist)
+                                 shortlist=args.shortlist, gemm_share=args.gemm_share)
     if args.quick:
         settings.sizes, settings.lengths, settings.repeats, settings.measure_memory = ("small",), (16, 64), 2, False
     if args.deployment:
         settings.sizes, settings.lengths, settings.measure_memory, settings.precisions = ("base",), (64,), False, tuple(PRECISIONS)
-        settings.train_bf16 = settings.ctranslate2 = settings.depth_pair = True
+        settings.train_bf16 = settings.ctranslate2 = settings.depth_pair = settings.shortlist = settings.gemm_share = True
     if args.precisions:
         settings.precisions = tuple(dict.fromkeys(["float32", *args.precisions]))
     for name in ("sizes", "members", "lengths", "headline_length", "repeats", "token_budget", "generation_batch", "new_tokens"):

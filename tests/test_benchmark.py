@@ -9,20 +9,27 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from modeling_dwlstm import precision
+from modeling_dwlstm.precision import INT8_ROUTES, int8_route
 from nmt_toolkit.lab import benchmark
 from nmt_toolkit.lab.benchmark import (
     ENGINE_PRECISIONS,
+    INT8_GEMM_OPS,
     MARIAN,
     PRECISIONS,
+    TARGETS,
     BenchmarkSettings,
     EngineProcess,
     build_model,
+    check_targets,
     compiled,
     ctranslate2_models,
     ctranslate2_translators,
     decode_matmul_weights,
     format_report,
     generate_forced,
+    inference_copy,
+    int8_gemm_share,
     random_batch,
     random_words_tokenizer,
     registered_members,
@@ -100,33 +107,53 @@ def test_benchmark_runs_and_writes_its_report(tmp_path):
 
 @pytest.mark.usefixtures("native_bfloat16")
 def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_checked(monkeypatch):
-    """The deployment rows: every precision, CTranslate2, bf16 training, the pair of Xu et al. 2024, Table 6;
-    each target's ratio is the quotient of the rows it names."""
+    """The deployment rows: every precision, CTranslate2 with and without the shortlist, bf16 training beside the
+    step's matmul rates, the int8 GEMM profile, the pair of Xu et al. 2024, Table 6; each target's ratio is the
+    quotient of the rows it names."""
     monkeypatch.setitem(benchmark.SIZES, "base", dict(TINY_SIZE, decoder_layers=2))  # the depth pair is at base
     settings = BenchmarkSettings(
         sizes=("tiny",), lengths=(8,), headline_length=8, token_budget=64, generation_batch=2, source_length=5,
         new_tokens=3, repeats=1, vocab_size=VOCAB, members=("dwlstm", "residual-prenorm", MARIAN), device="cpu",
         peak_matmul_size=64, measure_memory=False, precisions=tuple(PRECISIONS), train_bf16=True, ctranslate2=True,
-        depth_pair=True,
+        depth_pair=True, shortlist=True, gemm_share=True,
     )
     report = run_benchmark(settings, log=lambda message: None)
     rows, engines, pair = report["sizes"]["tiny"], report["engines"]["tiny"], report["depth_pair"]
     for row in rows.values():
         assert set(row["generation"]) == set(PRECISIONS) and row["train_bf16"]["tokens_per_s"] > 0
-    assert set(engines) == {"marian (CTranslate2)", "residual-prenorm (CTranslate2)"}
+    assert set(engines) == {f"{member} (CTranslate2){suffix}" for member in ("marian", "residual-prenorm")
+                            for suffix in ("", " shortlist")}
     assert all(set(rates) == set(ENGINE_PRECISIONS) for rates in engines.values())
     assert set(pair) == {"dwlstm 12+12", "residual-prenorm 24+24"}
     assert pair["residual-prenorm 24+24"]["parameters"] > pair["dwlstm 12+12"]["parameters"]
     checks = {check["target"]: check for check in report["targets"]}
     anchor = engines["marian (CTranslate2)"]["int8"]
-    residual = [rates["beam4"] for rates in rows["residual-prenorm"]["generation"].values()]
-    residual += [rates["beam4"] for rates in engines["residual-prenorm (CTranslate2)"].values()]
-    fastest = checks["residual pre-norm, fastest CPU path vs CTranslate2 int8 Marian (beam4)"]
-    assert fastest["ratio"] == pytest.approx(max(residual) / anchor["beam4"]) and fastest["met"] == (fastest["ratio"] >= 0.9)
-    dwlstm = checks["depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (beam4)"]
-    assert dwlstm["ratio"] == pytest.approx(max(r["beam4"] for r in rows["dwlstm"]["generation"].values()) / anchor["beam4"])
-    bf16 = checks["bf16 vs fp32 training tokens/s, marian"]
+    int8 = checks["int8 decoding (the CPU's int8 route) vs float32, dwlstm (beam4)"]
+    dwlstm_rates = rows["dwlstm"]["generation"]
+    assert int8["ratio"] == pytest.approx(dwlstm_rates["int8"]["beam4"] / dwlstm_rates["float32"]["beam4"])
+    assert report["machine"]["int8_route"] in int8["compared"] and int8["met"] == (int8["ratio"] >= 1.3)
+    residual = checks["residual pre-norm, generate() int8 vs CTranslate2 int8 Marian (beam4)"]
+    assert residual["ratio"] == pytest.approx(rows["residual-prenorm"]["generation"]["int8"]["beam4"] / anchor["beam4"])
+    export = checks["residual pre-norm, our CTranslate2 export int8 vs CTranslate2 int8 Marian (greedy)"]
+    assert export["ratio"] == pytest.approx(engines["residual-prenorm (CTranslate2)"]["int8"]["greedy"] / anchor["greedy"])
+    assert export["met"] is None and export["verdict"] == "reported"
+    offered = [path for path in PRECISIONS if "bfloat16" not in path or report["machine"]["bfloat16_route"] == "native"]
+    dwlstm = checks["depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (greedy)"]
+    assert dwlstm["ratio"] == pytest.approx(max(dwlstm_rates[path]["greedy"] for path in offered) / anchor["greedy"])
+    shortlisted = checks["depth-wise LSTM with a shortlist vs CTranslate2 int8 Marian with the same table (beam4)"]
+    with_table = engines["marian (CTranslate2) shortlist"]["int8"]
+    fastest = max(rows["dwlstm"]["generation_shortlist"][path]["beam4"] for path in offered)
+    assert shortlisted["ratio"] == pytest.approx(fastest / with_table["beam4"])
+    gain = checks["shortlist gain, CTranslate2 int8 Marian (beam4)"]
+    assert gain["ratio"] == pytest.approx(with_table["beam4"] / anchor["beam4"]) and gain["met"] is None
+    profiled = rows["dwlstm"]["int8_gemm_share"]
+    assert 0 < profiled["share"] <= 1 and profiled["op"] == INT8_GEMM_OPS[int8_route()]
+    assert checks["depth-wise LSTM int8 beam-4 decoding, share of the time in int8 matrix products"]["ratio"] == profiled["share"]
+    bf16 = checks["bf16 vs fp32 training step speed-up, marian"]
+    matmul = report["step_matmul_rates"]["tiny"]
+    assert matmul["bfloat16_over_float32"] == pytest.approx(matmul["bfloat16_flops_per_s"] / matmul["float32_flops_per_s"])
     assert bf16["ratio"] == pytest.approx(rows[MARIAN]["train_bf16"]["tokens_per_s"] / rows[MARIAN]["train"][8]["tokens_per_s"])
+    assert bf16["minimum"] == pytest.approx(0.9 * matmul["bfloat16_over_float32"])
     deep, wide = pair["dwlstm 12+12"]["generation"], pair["residual-prenorm 24+24"]["generation"]
     float32 = checks["12+12 depth-wise LSTM vs 24+24 residual pre-norm, decoding (beam4, float32)"]
     assert float32["ratio"] == pytest.approx(deep["float32"]["beam4"] / wide["float32"]["beam4"]) and float32["met"] is None
@@ -136,6 +163,98 @@ def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_ch
     assert share["ratio"] == pytest.approx(rows["residual-prenorm"]["train"][8]["flops_per_s"] / peak)
     table = format_report(report)
     assert "| marian (CTranslate2) |" in table and "| dwlstm 12+12 |" in table and "bfloat16+int8 beam4" in table
+    assert "int8 GEMM share, beam 4" in table and "Matmuls at the training step's shapes at tiny" in table
+
+
+@pytest.mark.parametrize("route", INT8_ROUTES)
+def test_the_int8_gemm_share_is_profiled_for_either_route(route, monkeypatch):
+    """The share of an int8 beam-4 decoding in the route's int8 products, for the route this CPU takes and for the
+    other (each imposed as the CPU's choice, as the benchmark's `inference_copy` then takes it)."""
+    monkeypatch.setattr(precision, "int8_route", lambda features=None: route)
+    torch.manual_seed(0)
+    model = inference_copy(build_model("dwlstm", "tiny", VOCAB), "int8")
+    profiled = int8_gemm_share(model, random_batch(2, 5, 1, VOCAB), new_tokens=3)
+    assert profiled["route"] == route and profiled["op"] == INT8_GEMM_OPS[route]
+    assert 0 < profiled["share"] <= 1 and profiled["int8_gemm_s"] <= profiled["decode_s"]
+
+
+def scaled(rates: dict, factor: float) -> dict:
+    return {task: rate * factor for task, rate in rates.items()}
+
+
+def hand_made_report(gain: float, bfloat16_route: str = "native") -> dict:
+    """A deployment report at base whose low-precision and shortlist paths, GEMM share, bf16 training and matmul share
+    scale with `gain`: at gain 1.2 every target is met, at 0.5 every one is missed."""
+    float32, anchor = {"beam4": 5.0, "greedy": 10.0}, {"beam4": 10.0, "greedy": 20.0}
+
+    def generation(factor):  # int8 at 2 x gain x float32: 1.2x CTranslate2's Marian at gain 1.2, 0.5x at 0.5
+        return {"float32": float32, "bfloat16": scaled(float32, gain), "int8": scaled(float32, 2 * gain * factor)}
+
+    def row(bf16_speedup, share):
+        return {"parameters": 60e6, "decode_matmul_weights_per_token": 40e6, "beam4_sentences_per_s": float32["beam4"],
+                "greedy_sentences_per_s": float32["greedy"], "generation": generation(1),
+                "generation_shortlist": generation(1.25), "shortlist_union": 3000,
+                "train": {64: {"tokens_per_s": 100.0, "flops_per_s": share * 100e9}},
+                "train_bf16": {"length": 64, "tokens_per_s": 100.0 * bf16_speedup}}
+
+    rows = {member: row(1.6 * gain, 0.7 * gain) for member in ("dwlstm", "residual-prenorm", MARIAN)}
+    rows["dwlstm"]["int8_gemm_share"] = {"route": "fbgemm", "op": INT8_GEMM_OPS["fbgemm"], "int8_gemm_s": 0.55 * gain,
+                                         "decode_s": 1.0, "share": 0.55 * gain}
+    engines = {"marian (CTranslate2)": {"float32": anchor, "int8": anchor},
+               "marian (CTranslate2) shortlist": {"float32": anchor, "int8": scaled(anchor, 1.2)},
+               "residual-prenorm (CTranslate2)": {"float32": anchor, "int8": scaled(anchor, 1.1)}}
+    pair = {"dwlstm 12+12": {"generation": generation(1)},
+            "residual-prenorm 24+24": {"generation": {"float32": float32, "int8": float32}}}
+    return {"settings": {"generation_batch": 32, "source_length": 20, "new_tokens": 24, "token_budget": 4096,
+                         "repeats": 3, "headline_length": 64, "precisions": ["float32", "bfloat16", "int8"]},
+            "machine": {"device": "CPU, 2 threads", "dtype": "float32", "torch": "x", "cpu": "AVX2",
+                        "int8_route": "fbgemm", "bfloat16_route": bfloat16_route, "matmul_peak_flops_per_s": 100e9},
+            "sizes": {"base": rows}, "engines": {"base": engines}, "depth_pair": pair,
+            "step_matmul_rates": {"base": {"shapes": [], "float32_flops_per_s": 100e9, "bfloat16_flops_per_s": 200e9,
+                                           "bfloat16_over_float32": 2.0}}}
+
+
+@pytest.mark.parametrize("gain, verdict", [(1.2, "met"), (0.5, "missed")])
+def test_every_target_is_checked_on_a_hand_made_report(gain, verdict):
+    """Every target of `TARGETS` has rows, each met when the paths are fast enough and missed when not; the rows
+    reported beside them (our CTranslate2 export, the shortlist gains, the pair in float32) have no verdict."""
+    report = hand_made_report(gain)
+    report["targets"] = check_targets(report, BenchmarkSettings(sizes=("base",), lengths=(64,)))
+    checks = {check["target"]: check for check in report["targets"]}
+    assert all(any(target.startswith(name) for target in checks) for name, _, _ in TARGETS)
+    reported = {target for target, check in checks.items() if check["minimum"] is None}
+    assert all(checks[target]["verdict"] == verdict for target in set(checks) - reported)
+    assert all(checks[target]["verdict"] == "reported" for target in reported)
+    assert {target.split(" (")[0].split(", ")[0] for target in reported} == {
+        "residual pre-norm", "shortlist gain", "12+12 depth-wise LSTM vs 24+24 residual pre-norm"}
+    for member in ("dwlstm", "residual-prenorm"):
+        for task in ("beam4", "greedy"):
+            assert checks[f"int8 decoding (the CPU's int8 route) vs float32, {member} ({task})"]["ratio"] == pytest.approx(2 * gain)
+    assert checks["depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (beam4)"]["minimum"] == 0.76
+    assert checks["depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (greedy)"]["minimum"] == 0.9
+    assert checks["bf16 vs fp32 training step speed-up, dwlstm"]["minimum"] == pytest.approx(1.8)
+    gains = [check for target, check in checks.items() if target.startswith("shortlist gain")]
+    assert [check["ratio"] for check in gains] == pytest.approx([1.25, 1.2, 1.25, 1.2])  # ours, CTranslate2's; per search
+    table = format_report(report)
+    assert f"| >= 1.30x | {2 * gain:.2f}x | dwlstm int8 (fbgemm route) / float32 | {verdict.replace('missed', 'MISSED')} |" in table
+    assert f"| >= 60% | {0.55 * gain:.0%} | quantized::linear_dynamic / one beam-4 generate()" in table
+
+
+def test_bfloat16_targets_are_refused_where_the_cpu_refuses_bfloat16():
+    """Without native bfloat16, its decoding and bf16 training rows say refused rather than missed, and the fastest
+    path users are offered leaves bfloat16 out even where it measured fastest."""
+    report = hand_made_report(1.2, bfloat16_route="refused for users (no native bfloat16)")
+    report["sizes"]["base"]["dwlstm"]["generation"]["bfloat16"] = {"beam4": 100.0, "greedy": 100.0}
+    report["targets"] = check_targets(report, BenchmarkSettings(sizes=("base",), lengths=(64,)))
+    refused = [check for check in report["targets"] if check["verdict"] == "refused on this CPU"]
+    assert {check["target"] for check in refused} == {
+        *(f"bfloat16 decoding vs float32, {member} ({task})" for member in ("dwlstm", "residual-prenorm")
+          for task in ("beam4", "greedy")),
+        *(f"bf16 vs fp32 training step speed-up, {member}" for member in ("dwlstm", "residual-prenorm", MARIAN))}
+    assert all(check["met"] is None for check in refused)
+    fastest = next(check for check in report["targets"] if check["target"].startswith("depth-wise LSTM, fastest"))
+    assert "int8" in fastest["compared"] and fastest["ratio"] == pytest.approx(1.2)
+    assert "| refused on this CPU |" in format_report(report)
 
 
 def test_ctranslate2_runs_marian_and_our_export_as_generate_does():

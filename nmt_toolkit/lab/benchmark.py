@@ -16,7 +16,8 @@ everything runs under bf16 autocast; on a CPU in fp32 with `threads` threads, an
 
 - generation in every precision of `precisions` (`PRECISIONS`: bfloat16 weights, int8, both;
   `precision.prepare_for_inference`, the path users run);
-- training under bfloat16 autocast (`train_bf16`), which is what `train_translation.py --bf16` does on a CPU;
+- training under bfloat16 autocast (`train_bf16`), which is what `train_translation.py --bf16` does on a CPU, beside
+  the float32 and bfloat16 matmul rates at the step's shapes (`step_matmul_rates`), which bound what it can gain;
 - CTranslate2 (`ctranslate2`), the engine users deploy with: Marian converted by CTranslate2's own Marian
   loader, and the residual pre-norm member through our export, in float32 and int8 (the anchor row), run
   in a child process (`EngineProcess`) and interleaved with the rest;
@@ -24,9 +25,12 @@ everything runs under bf16 autocast; on a CPU in fp32 with `threads` threads, an
   residual pre-norm model at base size, decoding in each precision;
 - a vocabulary shortlist on both sides (`shortlist`): our members with `use_shortlist=True` and CTranslate2 with
   `use_vmap=True`, from one table (`synthetic_shortlist`: random, as the weights are, sized so that a batch's union
-  is about a tenth of the vocabulary, as real shortlists' are at this vocabulary size; speed only).
+  is about a tenth of the vocabulary, as real shortlists' are at this vocabulary size; speed only);
+- a torch.profiler profile of the depth-wise LSTM's int8 beam-4 decoding (`gemm_share`, `int8_gemm_share`): the
+  share of its time in the int8 matrix products of the route this CPU takes.
 
-`TARGETS` are the deployment run's speed targets, checked at the largest measured size.
+`TARGETS` are the deployment run's speed targets, checked at the largest measured size; a target whose path this
+CPU refuses to users (bfloat16 without native support) is reported as refused, not as missed.
 """
 
 import copy
@@ -46,6 +50,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, models
 from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function
 from transformers import (
     AutoModelForSeq2SeqLM,
     LogitsProcessor,
@@ -87,19 +92,32 @@ ENGINE_MEMBERS = (MARIAN, "residual-prenorm")  # what CTranslate2 can run: Maria
 DEPTH_PAIR = {"dwlstm": dict(encoder_layers=12, decoder_layers=12),
               "residual-prenorm": dict(encoder_layers=24, decoder_layers=24)}
 
-# The deployment run's targets, each (name, kind, options, minimum ratio); see `check_targets`.
+# The deployment run's targets, each (name, kind, options); `check_targets` reads them, one function per kind
+# (`TARGET_CHECKS`). A minimum of None is a row reported beside the targets, not a target.
 TARGETS = [
-    ("residual pre-norm, fastest CPU path vs CTranslate2 int8 Marian", "fastest_vs_engine",
-     dict(member="residual-prenorm", minimums={"beam4": 0.9, "greedy": 1.0})),
-    ("depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian", "fastest_vs_engine",
-     dict(member="dwlstm", minimums={"beam4": 0.7})),
-    ("bf16 vs fp32 training tokens/s", "bf16_training", dict(minimum=2.5)),
+    ("int8 decoding (the CPU's int8 route) vs float32", "precision_vs_float32",
+     dict(members=("dwlstm", "residual-prenorm"), precision="int8", minimum=1.3)),
+    ("bfloat16 decoding vs float32", "precision_vs_float32",
+     dict(members=("dwlstm", "residual-prenorm"), precision="bfloat16", minimum=1.0)),
+    ("depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian", "path_vs_engine",
+     dict(member="dwlstm", precision=None, minimums={"beam4": 0.76, "greedy": 0.9})),
+    ("residual pre-norm, generate() int8 vs CTranslate2 int8 Marian", "path_vs_engine",
+     dict(member="residual-prenorm", precision="int8", minimums={"beam4": 1.0})),
+    ("residual pre-norm, our CTranslate2 export int8 vs CTranslate2 int8 Marian", "export_vs_engine",
+     dict(member="residual-prenorm", minimums={"beam4": None, "greedy": None})),
+    ("depth-wise LSTM with a shortlist vs CTranslate2 int8 Marian with the same table", "shortlist_vs_engine",
+     dict(member="dwlstm", minimums={"beam4": 1.0, "greedy": 1.0})),
+    ("depth-wise LSTM int8 beam-4 decoding, share of the time in int8 matrix products", "gemm_share",
+     dict(member="dwlstm", minimum=0.6)),
+    ("bf16 vs fp32 training step speed-up", "bf16_training", dict(share_of_matmul_ratio=0.9)),
     ("12+12 depth-wise LSTM vs 24+24 residual pre-norm, decoding", "depth_pair", dict(minimums={"beam4": 1.65})),
     ("residual pre-norm fp32 training step, share of the matmul peak", "matmul_share",
      dict(member="residual-prenorm", minimum=0.75)),
-    ("depth-wise LSTM with a shortlist vs CTranslate2 int8 Marian with the same table", "shortlist_vs_engine",
-     dict(member="dwlstm", minimums={"beam4": 1.0})),
 ]
+# The int8 product of each route of `precision.quantize_int8`, as torch.profiler names it.
+INT8_GEMM_OPS = {"fbgemm": "quantized::linear_dynamic", "int_mm": "aten::_int_mm"}
+PROFILED_MEMBER = "dwlstm"  # whose int8 beam-4 decoding `int8_gemm_share` profiles
+SEARCHES = ("beam4", "greedy")
 # The synthetic shortlist: random targets per source token plus the most frequent words (here: the first ids).
 SHORTLIST_TOP_K = 6
 SHORTLIST_FREQUENT = 100
@@ -127,6 +145,7 @@ class BenchmarkSettings:
     ctranslate2: bool = False  # CTranslate2 rows (ENGINE_MEMBERS in ENGINE_PRECISIONS); skipped if not installed
     depth_pair: bool = False  # 12+12 depth-wise LSTM vs 24+24 residual pre-norm decoding, at base size
     shortlist: bool = False  # also decode with a vocabulary shortlist: our members and CTranslate2 (`use_vmap`)
+    gemm_share: bool = False  # profile PROFILED_MEMBER's int8 beam-4 decoding: its share in int8 matrix products
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
 
     def check(self):
@@ -144,8 +163,9 @@ class BenchmarkSettings:
             raise ValueError(f"Unknown members {sorted(set(self.members) - set(known) - {MARIAN})}; registered: {sorted(known)}.")
         if set(self.precisions) - set(PRECISIONS) or "float32" not in self.precisions:
             raise ValueError(f"precisions must include float32 and come from {', '.join(PRECISIONS)}; got {self.precisions}.")
-        if self.device != "cpu" and (len(self.precisions) > 1 or self.train_bf16 or self.ctranslate2):
-            raise ValueError("precisions, train_bf16 and ctranslate2 measure CPU paths: run them with device='cpu'.")
+        if self.device != "cpu" and (len(self.precisions) > 1 or self.train_bf16 or self.ctranslate2 or self.gemm_share):
+            raise ValueError("precisions, train_bf16, ctranslate2 and gemm_share measure CPU paths: run them with "
+                             "device='cpu'.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,7 +213,8 @@ def synthetic_shortlist(vocab_size: int, top_k: int = SHORTLIST_TOP_K, frequent:
     the special tokens (ours and Marian's padding, the last id) always allowed."""
     generator = torch.Generator().manual_seed(seed)
     table = torch.randint(FIRST_WORD, vocab_size - 1, (vocab_size, top_k), generator=generator)
-    always = torch.tensor([BOS, EOS, PAD, UNK_ID, vocab_size - 1, *range(FIRST_WORD, FIRST_WORD + frequent)])
+    frequent_words = range(FIRST_WORD, min(FIRST_WORD + frequent, vocab_size - 1))  # fewer in a tiny vocabulary
+    always = torch.tensor([BOS, EOS, PAD, UNK_ID, vocab_size - 1, *frequent_words])
     return Shortlist(table, always, {"score": "random (benchmark)", "top_k": top_k, "frequent": frequent})
 
 
@@ -379,13 +400,38 @@ def decode_matmul_weights(model: nn.Module) -> int:
     return stack_costs(model.get_decoder().layers)["own_weights"] + model.get_output_embeddings().weight.numel()
 
 
+def matmul_seconds(device: str, dtype: torch.dtype, rows: int, inner: int, columns: int, repeats: int = 5) -> float:
+    """The best time of a (rows x inner) @ (inner x columns) matmul, after one warm-up."""
+    a = torch.randn(rows, inner, device=device, dtype=dtype)
+    b = torch.randn(inner, columns, device=device, dtype=dtype)
+    return min([timed(lambda: a @ b, device) for _ in range(repeats + 1)][1:])
+
+
 def matmul_peak_flops(device: str, dtype: torch.dtype, size: int | None = None, repeats: int = 5) -> float:
     """The best FLOP/s of a square matmul: the practical limit of the training step."""
     size = size or (8192 if device == "cuda" else 2048)
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    times = [timed(lambda: a @ b, device) for _ in range(repeats + 1)][1:]
-    return 2 * size**3 / min(times)
+    return 2 * size**3 / matmul_seconds(device, dtype, size, size, size, repeats)
+
+
+def step_matmul_shapes(size: str, settings: "BenchmarkSettings") -> list[tuple[int, int, int]]:
+    """(rows, inner, columns) of the training step's matmuls at `size` and the headline length: the batch's tokens
+    of one side through an attention projection, the feed-forward's two layers and the output projection."""
+    length = settings.headline_length
+    tokens = batch_size_for(length, settings.token_budget) * length
+    d_model, ffn_dim = SIZES[size]["d_model"], SIZES[size]["ffn_dim"]
+    return [(tokens, d_model, d_model), (tokens, d_model, ffn_dim), (tokens, ffn_dim, d_model),
+            (tokens, d_model, settings.vocab_size)]
+
+
+def step_matmul_rates(size: str, settings: "BenchmarkSettings") -> dict:
+    """FLOP/s of the step's matmuls (`step_matmul_shapes`, together) in float32 and in bfloat16, and their ratio:
+    what bfloat16 autocast can gain on the matmul share of a training step on this machine."""
+    shapes = step_matmul_shapes(size, settings)
+    flops = sum(2 * rows * inner * columns for rows, inner, columns in shapes)
+    rates = {name: flops / sum(matmul_seconds(settings.device, dtype, *shape) for shape in shapes)
+             for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))}
+    return {"shapes": shapes, "float32_flops_per_s": rates["float32"], "bfloat16_flops_per_s": rates["bfloat16"],
+            "bfloat16_over_float32": rates["bfloat16"] / rates["float32"]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,6 +497,22 @@ def generate_forced(model: nn.Module, batch: dict, num_beams: int, new_tokens: i
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams,
             do_sample=False, max_length=1 + new_tokens, **forbid, **options,
         )
+
+
+def int8_gemm_share(model: nn.Module, source: dict, new_tokens: int) -> dict:
+    """The share of one beam-4 `generate_forced` of the int8 `model` (from `precision.quantize_int8`) that
+    torch.profiler puts in the int8 matrix products of the model's route (`INT8_GEMM_OPS`), after one warm-up
+    call. The profiler's per-op overhead counts in the total, so the share is a little low."""
+    route = model.int8_route
+    generate_forced(model, source, 4, new_tokens, "cpu")
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        with record_function("decode"):
+            generate_forced(model, source, 4, new_tokens, "cpu")
+    events = {event.key: event for event in profiler.key_averages()}
+    gemm = events[INT8_GEMM_OPS[route]].cpu_time_total if INT8_GEMM_OPS[route] in events else 0.0
+    decode = events["decode"].cpu_time_total
+    return {"route": route, "op": INT8_GEMM_OPS[route], "int8_gemm_s": gemm / 1e6, "decode_s": decode / 1e6,
+            "share": gemm / decode}
 
 
 def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
@@ -653,6 +715,9 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
             step = seconds[member, "train_bf16"]
             row["train_bf16"] = {"length": settings.headline_length, "step_s": step,
                                  "tokens_per_s": 2 * training_batches[settings.headline_length]["input_ids"].numel() / step}
+        if settings.gemm_share and member == PROFILED_MEMBER:
+            log(f"[{size}] profile of {member}'s int8 beam-4 decoding ...")
+            row["int8_gemm_share"] = int8_gemm_share(inference_copy(models[member], "int8"), source, settings.new_tokens)
         results[member] = row
     engines = generation_rates(seconds, sorted(f"{member} (CTranslate2)" for member in paths), ENGINE_PRECISIONS,
                                settings)
@@ -716,11 +781,13 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
         },
         "sizes": {},
     }
-    report["engines"] = {}
+    report["engines"], report["step_matmul_rates"] = {}, {}
     for size in settings.sizes:
         report["sizes"][size], engines = benchmark_size(size, settings, log)
         if engines:
             report["engines"][size] = engines
+        if settings.train_bf16:
+            report["step_matmul_rates"][size] = step_matmul_rates(size, settings)
     if settings.depth_pair:
         report["depth_pair"] = benchmark_depth_pair(settings, log)
     # One measurement can come out low (in one deployment run: 159 GFLOP/s against 198 minutes earlier), which
@@ -738,58 +805,173 @@ def fastest_path(rates: dict, task: str) -> tuple[str, float]:
     return precision, rates[precision][task]
 
 
-def check_targets(report: dict, settings: BenchmarkSettings) -> list[dict]:
-    """The deployment run's `TARGETS` at the largest measured size, each ratio with the paths it compares and
-    whether it is met (minimum None: reported beside a target, not a target). Targets whose rows were not measured
-    are left out."""
-    size = "base" if "base" in report["sizes"] else settings.sizes[-1]
-    rows, engines = report["sizes"][size], report["engines"].get(size, {})
-    anchor = engines.get(f"{MARIAN} (CTranslate2)", {}).get("int8")
-    checks = []
+@dataclass
+class Measured:
+    """What the targets are checked on: one size's rows of a report, and what the run's CPU refuses its users."""
 
-    def add(target, ratio, minimum, compared):
-        checks.append(dict(target=target, size=size, ratio=ratio, minimum=minimum, compared=compared,
-                           met=None if minimum is None else ratio >= minimum))
+    report: dict
+    size: str
+    headline_length: int
 
-    for name, kind, options in TARGETS:
-        if kind == "fastest_vs_engine" and anchor and options["member"] in rows:
-            member = options["member"]
-            paths = dict(rows[member]["generation"])
-            paths.update({f"CTranslate2 {precision}": rates
-                          for precision, rates in engines.get(f"{member} (CTranslate2)", {}).items()})
-            for task, minimum in options["minimums"].items():
-                path, rate = fastest_path(paths, task)
-                add(f"{name} ({task})", rate / anchor[task], minimum, f"{member} {path} / Marian CTranslate2 int8")
-        elif kind == "bf16_training":
-            for member, row in rows.items():
-                if "train_bf16" in row and row["train_bf16"]["length"] in row["train"]:
-                    fp32 = row["train"][row["train_bf16"]["length"]]["tokens_per_s"]
-                    add(f"{name}, {member}", row["train_bf16"]["tokens_per_s"] / fp32, options["minimum"],
-                        f"{member} bf16 autocast / float32")
-        elif kind == "depth_pair" and "depth_pair" in report:
-            deep, shallow = (report["depth_pair"][name]["generation"] for name in report["depth_pair"])
-            for task, minimum in options["minimums"].items():
-                path, rate = fastest_path(deep, task)
-                add(f"{name} ({task}, fastest precision)", rate / fastest_path(shallow, task)[1], minimum,
-                    f"each model's fastest precision ({path} for the depth-wise LSTM)")
-                add(f"{name} ({task}, float32)", deep["float32"][task] / shallow["float32"][task], None, "float32")
-        elif kind == "shortlist_vs_engine" and options["member"] in rows and "generation_shortlist" in rows[options["member"]]:
-            member, with_table = options["member"], engines.get(f"{MARIAN} (CTranslate2) {SHORTLIST}", {}).get("int8")
-            if not (anchor and with_table):
-                continue
-            for task, minimum in options["minimums"].items():
-                path, rate = fastest_path(rows[member]["generation_shortlist"], task)
-                add(f"{name} ({task})", rate / with_table[task], minimum,
-                    f"{member} {path} with the shortlist / Marian CTranslate2 int8 with use_vmap")
-                add(f"shortlist gain, {member} ({task})", rate / fastest_path(rows[member]["generation"], task)[1], None,
-                    f"{member} fastest path with / without the shortlist")
-                add(f"shortlist gain, CTranslate2 int8 Marian ({task})", with_table[task] / anchor[task], None,
-                    "use_vmap / without")
-        elif kind == "matmul_share" and options["member"] in rows:
-            train = rows[options["member"]]["train"][settings.headline_length]
-            add(name, train["flops_per_s"] / report["machine"]["matmul_peak_flops_per_s"], options["minimum"],
-                f"training FLOP/s at length {settings.headline_length} / square-matmul FLOP/s")
+    @property
+    def rows(self) -> dict:
+        return self.report["sizes"][self.size]
+
+    def engine(self, member: str, suffix: str = "") -> dict | None:
+        """CTranslate2's int8 rates of `member` ({task: sentences/s}; `suffix` SHORTLIST: with `use_vmap`)."""
+        name = f"{member} (CTranslate2)" + (f" {suffix}" if suffix else "")
+        return self.report["engines"].get(self.size, {}).get(name, {}).get("int8")
+
+    @property
+    def anchor(self) -> dict | None:
+        return self.engine(MARIAN)
+
+    @property
+    def bfloat16_refused(self) -> bool:
+        return self.report["machine"].get("bfloat16_route", "native").startswith("refused")
+
+    def user_paths(self, rates: dict) -> dict:
+        """`rates` ({precision: rates}) without the bfloat16 paths where this CPU refuses them to users."""
+        return {path: rate for path, rate in rates.items() if not (self.bfloat16_refused and "bfloat16" in path)}
+
+
+def target_row(target: str, measured: Measured, ratio: float, minimum: float | None, compared: str,
+               refused: bool = False, unit: str = "x") -> dict:
+    """One checked target: `ratio` against `minimum` (None: reported, not a target); `refused`: the path is refused to
+    users on this CPU, so the target does not apply. `unit`: "x" for a ratio, "share" for a fraction of a whole."""
+    met = None if refused or minimum is None else ratio >= minimum
+    verdict = "refused on this CPU" if refused else "reported" if minimum is None else "met" if met else "missed"
+    return dict(target=target, size=measured.size, ratio=ratio, minimum=minimum, compared=compared, met=met,
+                verdict=verdict, unit=unit)
+
+
+def check_precision_vs_float32(name: str, options: dict, measured: Measured) -> list[dict]:
+    """Each member's decoding in `options["precision"]` against its own float32, beam 4 and greedy."""
+    precision, checks = options["precision"], []
+    refused = precision == "bfloat16" and measured.bfloat16_refused
+    route = f" ({measured.report['machine'].get('int8_route', '?')} route)" if precision == "int8" else ""
+    for member in options["members"]:
+        rates = measured.rows.get(member, {}).get("generation", {})
+        for task in SEARCHES if precision in rates else ():
+            checks.append(target_row(f"{name}, {member} ({task})", measured, rates[precision][task] / rates["float32"][task],
+                                     options["minimum"], f"{member} {precision}{route} / float32", refused))
     return checks
+
+
+def check_path_vs_engine(name: str, options: dict, measured: Measured) -> list[dict]:
+    """A member's generate() in `options["precision"]` (None: its fastest path users are offered) against
+    CTranslate2 int8 Marian."""
+    member, checks = options["member"], []
+    if not measured.anchor or member not in measured.rows:
+        return checks
+    rates = measured.user_paths(measured.rows[member]["generation"])
+    for task, minimum in options["minimums"].items():
+        path = options["precision"] or fastest_path(rates, task)[0]
+        if path in rates:
+            checks.append(target_row(f"{name} ({task})", measured, rates[path][task] / measured.anchor[task], minimum,
+                                     f"{member} generate() {path} / Marian CTranslate2 int8"))
+    return checks
+
+
+def check_export_vs_engine(name: str, options: dict, measured: Measured) -> list[dict]:
+    """Our CTranslate2 export of a member against CTranslate2's own Marian, both int8."""
+    export = measured.engine(options["member"])
+    if not (measured.anchor and export):
+        return []
+    return [target_row(f"{name} ({task})", measured, export[task] / measured.anchor[task], minimum,
+                       f"{options['member']} CTranslate2 int8 (our export) / Marian CTranslate2 int8")
+            for task, minimum in options["minimums"].items()]
+
+
+def check_shortlist_vs_engine(name: str, options: dict, measured: Measured) -> list[dict]:
+    """A member's fastest path with the shortlist against CTranslate2 int8 Marian with the same table (`use_vmap`),
+    and what each side gains from its shortlist (reported)."""
+    member, with_table, checks = options["member"], measured.engine(MARIAN, SHORTLIST), []
+    row = measured.rows.get(member, {})
+    if not (measured.anchor and with_table and "generation_shortlist" in row):
+        return checks
+    ours, without = measured.user_paths(row["generation_shortlist"]), measured.user_paths(row["generation"])
+    for task, minimum in options["minimums"].items():
+        path, rate = fastest_path(ours, task)
+        checks += [
+            target_row(f"{name} ({task})", measured, rate / with_table[task], minimum,
+                       f"{member} {path} with the shortlist / Marian CTranslate2 int8 with use_vmap"),
+            target_row(f"shortlist gain, {member} ({task})", measured, rate / fastest_path(without, task)[1], None,
+                       f"{member} fastest path with / without the shortlist"),
+            target_row(f"shortlist gain, CTranslate2 int8 Marian ({task})", measured,
+                       with_table[task] / measured.anchor[task], None, "use_vmap / without"),
+        ]
+    return checks
+
+
+def check_gemm_share(name: str, options: dict, measured: Measured) -> list[dict]:
+    """The profiled share of a member's int8 beam-4 decoding spent in int8 matrix products (`int8_gemm_share`)."""
+    profiled = measured.rows.get(options["member"], {}).get("int8_gemm_share")
+    if not profiled:
+        return []
+    return [target_row(name, measured, profiled["share"], options["minimum"],
+                       f"{profiled['op']} / one beam-4 generate() ({profiled['route']} route, torch.profiler)",
+                       unit="share")]
+
+
+def check_bf16_training(name: str, options: dict, measured: Measured) -> list[dict]:
+    """Each member's bf16 / fp32 training tokens/s against a share of the bf16 / fp32 matmul rate measured at the
+    step's shapes in the same run (`step_matmul_rates`)."""
+    matmul = measured.report.get("step_matmul_rates", {}).get(measured.size)
+    if not matmul:
+        return []
+    share, matmul_ratio = options["share_of_matmul_ratio"], matmul["bfloat16_over_float32"]
+    checks = []
+    for member, row in measured.rows.items():
+        if "train_bf16" in row and row["train_bf16"]["length"] in row["train"]:
+            fp32 = row["train"][row["train_bf16"]["length"]]["tokens_per_s"]
+            checks.append(target_row(f"{name}, {member}", measured, row["train_bf16"]["tokens_per_s"] / fp32,
+                                     share * matmul_ratio, f"{member} bf16 autocast / float32 tokens/s; needed: "
+                                     f"{share} x the bf16 / fp32 matmul rate at the step's shapes ({matmul_ratio:.2f}x)",
+                                     measured.bfloat16_refused))
+    return checks
+
+
+def check_depth_pair(name: str, options: dict, measured: Measured) -> list[dict]:
+    """Xu et al. 2024, Table 6's pair, each at its fastest path users are offered; float32 reported beside it."""
+    if "depth_pair" not in measured.report:
+        return []
+    deep, shallow = (measured.user_paths(row["generation"]) for row in measured.report["depth_pair"].values())
+    checks = []
+    for task, minimum in options["minimums"].items():
+        path, rate = fastest_path(deep, task)
+        checks += [
+            target_row(f"{name} ({task}, fastest precision)", measured, rate / fastest_path(shallow, task)[1], minimum,
+                       f"each model's fastest precision ({path} for the depth-wise LSTM)"),
+            target_row(f"{name} ({task}, float32)", measured, deep["float32"][task] / shallow["float32"][task], None,
+                       "float32"),
+        ]
+    return checks
+
+
+def check_matmul_share(name: str, options: dict, measured: Measured) -> list[dict]:
+    """A member's fp32 training FLOP/s at the headline length against the square-matmul peak."""
+    if options["member"] not in measured.rows:
+        return []
+    train = measured.rows[options["member"]]["train"][measured.headline_length]
+    return [target_row(name, measured, train["flops_per_s"] / measured.report["machine"]["matmul_peak_flops_per_s"],
+                       options["minimum"], f"training FLOP/s at length {measured.headline_length} / square-matmul FLOP/s",
+                       unit="share")]
+
+
+TARGET_CHECKS = {"precision_vs_float32": check_precision_vs_float32, "path_vs_engine": check_path_vs_engine,
+                 "export_vs_engine": check_export_vs_engine, "shortlist_vs_engine": check_shortlist_vs_engine,
+                 "gemm_share": check_gemm_share, "bf16_training": check_bf16_training,
+                 "depth_pair": check_depth_pair, "matmul_share": check_matmul_share}
+
+
+def check_targets(report: dict, settings: BenchmarkSettings) -> list[dict]:
+    """The deployment run's `TARGETS` at the largest measured size: each ratio with the paths it compares, its
+    minimum and its verdict (met, missed, reported: not a target, or refused on this CPU). Targets whose rows were
+    not measured are left out."""
+    size = "base" if "base" in report["sizes"] else settings.sizes[-1]
+    measured = Measured(report, size, settings.headline_length)
+    return [check for name, kind, options in TARGETS for check in TARGET_CHECKS[kind](name, options, measured)]
 
 
 def format_report(report: dict) -> str:
@@ -808,10 +990,12 @@ def format_report(report: dict) -> str:
     for size, rows in report["sizes"].items():
         lengths = list(next(iter(rows.values()))["train"])
         bf16 = any("train_bf16" in row for row in rows.values())
+        profiled = any("int8_gemm_share" in row for row in rows.values())
         lines += ["", f"**{size}**", ""]
         header = ["model", "params (M)", "decode matmul weights/token (M)", "beam-4 sent/s", "greedy sent/s"]
         header += [f"train tok/s @{length}" for length in lengths] + ([f"bf16 train tok/s @{headline}"] if bf16 else [])
         header += [f"GFLOP/s @{headline} (of peak)", "train peak mem (MiB)"]
+        header += ["int8 GEMM share, beam 4"] if profiled else []
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for member, row in rows.items():
             train = row["train"]
@@ -822,6 +1006,7 @@ def format_report(report: dict) -> str:
             cells += [f"{train[length]['tokens_per_s']:,.0f}" for length in lengths]
             cells += [f"{row['train_bf16']['tokens_per_s']:,.0f}" if "train_bf16" in row else "-"] if bf16 else []
             cells += [f"{achieved / 1e9:.0f} ({achieved / peak:.0%})", f"{memory / 2**20:,.0f}" if memory else "-"]
+            cells += [gemm_share_cell(row.get("int8_gemm_share"))] if profiled else []
             lines.append("| " + " | ".join(cells) + " |")
         generation = {member: row["generation"] for member, row in rows.items()}
         generation.update({f"{member} {SHORTLIST} ({row['shortlist_union']} words)": row["generation_shortlist"]
@@ -830,17 +1015,35 @@ def format_report(report: dict) -> str:
         if len(settings["precisions"]) > 1 or len(generation) > len(rows):
             lines += ["", f"Generation at {size}, sentences/s (and x Marian float32) by precision:", ""]
             lines += generation_table(generation, rows.get(MARIAN, {}).get("generation", {}).get("float32"))
+        if size in report.get("step_matmul_rates", {}):
+            rates = report["step_matmul_rates"][size]
+            lines += ["", f"Matmuls at the training step's shapes at {size}: float32 {rates['float32_flops_per_s'] / 1e9:.0f}, "
+                          f"bfloat16 {rates['bfloat16_flops_per_s'] / 1e9:.0f} GFLOP/s "
+                          f"({rates['bfloat16_over_float32']:.2f}x)."]
     if report.get("depth_pair"):
         lines += ["", "Xu et al. 2024, Table 6's pair at base, decoding sentences/s by precision:", ""]
         lines += generation_table({name: row["generation"] for name, row in report["depth_pair"].items()}, None)
     if report.get("targets"):
-        lines += ["", "| target | ratio | needed | compared | |", "|---|---|---|---|---|"]
-        for check in report["targets"]:
-            verdict = "(reported)" if check["met"] is None else "met" if check["met"] else "MISSED"
-            needed = "-" if check["minimum"] is None else f">= {check['minimum']}x"
-            lines.append(f"| {check['target']} [{check['size']}] | {check['ratio']:.2f}x | {needed} | "
-                         f"{check['compared']} | {verdict} |")
+        lines += ["", "| target | needed | measured | compared | verdict |", "|---|---|---|---|---|"]
+        lines += [target_line(check) for check in report["targets"]]
     return "\n".join(lines)
+
+
+def target_line(check: dict) -> str:
+    """A row of the targets table: needed, measured, what is compared, and met / MISSED / reported / refused."""
+    def value(number):
+        return f"{number:.0%}" if check.get("unit") == "share" else f"{number:.2f}x"
+
+    needed = "-" if check["minimum"] is None else f">= {value(check['minimum'])}"
+    verdict = "MISSED" if check["verdict"] == "missed" else check["verdict"]
+    return f"| {check['target']} [{check['size']}] | {needed} | {value(check['ratio'])} | {check['compared']} | {verdict} |"
+
+
+def gemm_share_cell(profiled: dict | None) -> str:
+    """The `int8_gemm_share` of a row for the size's table."""
+    if not profiled:
+        return "-"
+    return f"{profiled['share']:.0%} ({profiled['op']}, {profiled['int8_gemm_s']:.2f} of {profiled['decode_s']:.2f} s)"
 
 
 def generation_table(generation: dict, reference: dict | None) -> list[str]:
@@ -867,7 +1070,7 @@ def write_report(report: dict, path: str | Path):
 __all__ = [
     "SIZES", "TARGETS", "PRECISIONS", "ENGINE_PRECISIONS", "DEPTH_PAIR", "BenchmarkSettings", "registered_members",
     "build_model", "inference_copy", "random_words_tokenizer", "ctranslate2_models", "ctranslate2_translators",
-    "EngineProcess", "training_flops", "synthetic_shortlist", "shortlist_tasks",
+    "EngineProcess", "training_flops", "synthetic_shortlist", "shortlist_tasks", "int8_gemm_share", "step_matmul_rates",
     "decode_matmul_weights", "matmul_peak_flops", "training_step", "generate_forced", "translate_forced",
     "benchmark_depth_pair", "run_benchmark", "check_targets", "format_report", "write_report",
 ]
