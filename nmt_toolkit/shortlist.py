@@ -30,7 +30,7 @@ from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist
 
 from .checkpoints import load_saved_tokenizer
 from .data import load_parallel_corpus
-from .files import CHECKSUMS_NAME, write_checksums
+from .files import CHECKSUMS_NAME, atomic_write_text, write_checksums
 
 DEFAULT_TOP_K = 50
 DEFAULT_FREQUENT = 100
@@ -204,8 +204,7 @@ def vocabulary_map_lines(shortlist: Shortlist, tokens: Sequence[str]) -> list[st
 
 def write_vocabulary_map(shortlist: Shortlist, tokens: Sequence[str], path: str | Path) -> Path:
     """Write `vocabulary_map_lines` to `path` (the file CTranslate2's converter takes as `vmap`)."""
-    Path(path).write_text("\n".join(vocabulary_map_lines(shortlist, tokens)) + "\n", encoding="utf-8")
-    return Path(path)
+    return atomic_write_text(path, "\n".join(vocabulary_map_lines(shortlist, tokens)) + "\n")
 
 
 __all__ = ["build_shortlist", "build_shortlist_for_model", "cooccurrence_counts", "corpus_coverage", "coverage",
