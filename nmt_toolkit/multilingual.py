@@ -154,17 +154,21 @@ def _direction_columns(pairs: datasets.Dataset, source_lang: str, target_lang: s
                                           desc=f"{source_lang}-{target_lang}").with_format(None)
 
 
+def check_language_tags(tokenizer, targets) -> None:
+    """Every target language's tag must be reserved in the tokenizer (`train_tokenizer.py --language_pairs`)."""
+    missing = sorted({language_tag(target) for target in targets} - set(tokenizer.get_vocab()))
+    if missing:
+        raise ValueError(f"The tokenizer has no language tags {missing}: train it with scripts/train_tokenizer.py "
+                         "--language_pairs (same pairs), which reserves a tag per target language.")
+
+
 def tokenize_directions(dataset: datasets.Dataset, tokenizer, max_length: int | None = 256,
                         num_proc: int | None = None) -> datasets.Dataset:
     """``input_ids`` (target tag first), ``attention_mask``, ``labels`` and a ``direction`` column ("en-de").
 
     Every target language must have its tag reserved in the tokenizer (`train_tokenizer.py --language_pairs`).
     """
-    vocabulary = tokenizer.get_vocab()
-    missing = sorted({language_tag(t) for t in dataset.unique("target_lang")} - set(vocabulary))
-    if missing:
-        raise ValueError(f"The tokenizer has no language tags {missing}: train it with scripts/train_tokenizer.py "
-                         "--language_pairs (same pairs), which reserves a tag per target language.")
+    check_language_tags(tokenizer, dataset.unique("target_lang"))
     check_max_length(max_length)
 
     def texts(table: pa.Table) -> tuple[list[str], list[str]]:
@@ -294,6 +298,7 @@ class TemperatureTokenBatchSampler(TokenBatchSampler):
 
 __all__ = [
     "language_tag", "tag_source", "parse_language_pairs", "parse_sources", "corpus_languages",
-    "load_multilingual_corpus", "tokenize_directions", "balanced_sentences", "split_by_direction", "temperature_probabilities",
+    "load_multilingual_corpus", "check_language_tags",
+    "tokenize_directions", "balanced_sentences", "split_by_direction", "temperature_probabilities",
     "temperature_counts", "TemperatureTokenBatchSampler",
 ]

@@ -105,7 +105,7 @@ from .launch import check_launch, check_ranks_agree
 from .metrics import translation_compute_metrics
 from .multilingual import (
     TemperatureTokenBatchSampler,
-    language_tag,
+    check_language_tags,
     load_multilingual_corpus,
     pair_name,
     parse_sources,
@@ -882,14 +882,6 @@ def training_stream(sources, tokenizer, data_args: DataArguments, training_args:
         max_length=data_args.max_length, add_language_tag=add_language_tag, buffer_pairs=data_args.stream_buffer_pairs,
         seed=seed, num_replicas=training_args.world_size, rank=training_args.process_index,
         fingerprint=stream_fingerprint(directions, tokenizer, settings))
-
-
-def check_language_tags(tokenizer, targets) -> None:
-    """Every target language's tag must be reserved in the tokenizer (`train_tokenizer.py --language_pairs`)."""
-    missing = sorted({language_tag(target) for target in targets} - set(tokenizer.get_vocab()))
-    if missing:
-        raise ValueError(f"The tokenizer has no language tags {missing}: train it with scripts/train_tokenizer.py "
-                         "--language_pairs (same pairs), which reserves a tag per target language.")
 
 
 class StreamStateCallback(TrainerCallback):
