@@ -1,6 +1,6 @@
 """Measure the full-size data path: WMT14 En-De's size through the map-style path, OPUS-100's shape through streaming.
 
-    PYTHONPATH=. nice -n 10 python experiments/scale/measure_data_path.py --data /work/scale-data
+    PYTHONPATH=. python experiments/scale/measure_data_path.py --data /work/scale-data
 
 Every step runs in a child process under ``/usr/bin/time -v`` while this process samples the child's whole process
 tree (its ``num_proc`` workers included) from /proc every 0.25 s: wall time, CPU time (user + system, children
@@ -414,17 +414,17 @@ WMT_STEPS = ("BPE, 1M-pair sample (cold cache: reads the corpus)", "first traini
 def render_report(results: dict) -> str:
     steps, lines = results["steps"], []
     machine_ = results["machine"]
-    loads = [step["load_average_before"][1] for step in steps.values()] or [0]
+    avx512 = "" if any(flag.startswith("avx512") for flag in machine_["simd_flags"]) else "; no AVX-512"
     lines += [
         "# The full-size data path, measured",
         "",
-        f"Machine: {machine_['cpu_model']}, {machine_['cpus']} cores ({', '.join(machine_['simd_flags'])}; no "
-        f"AVX-512), {machine_['memory'].split(':')[1].strip()} memory. Every step ran at `nice -n 10` while other jobs "
-        f"shared the 2 cores (5-minute load average {min(loads):.1f}-{max(loads):.1f} during the steps): wall times "
-        "are under load; CPU times (user + system, all processes of the step) are what the work costs. Peak RSS is "
-        "the whole process tree's (workers included), sampled every 0.25 s; \"anonymous\" leaves out the "
-        "memory-mapped Arrow files. Command: `PYTHONPATH=. nice -n 10 python experiments/scale/measure_data_path.py "
-        "--data /work/scale-data/full`; each step's exact command is in [results.json](results.json).",
+        f"Machine: {machine_['cpu_model']}, {machine_['cpus']} cores ({', '.join(machine_['simd_flags'])}{avx512}), "
+        f"{machine_['memory'].split(':')[1].strip()} memory. {results.get('conditions', '')} CPU times (user + "
+        "system, all processes of the step) are what the work costs; the load columns are the 1-minute load average "
+        "before and after each step. Peak RSS is the whole process tree's (workers included), sampled every 0.25 s; "
+        "\"anonymous\" leaves out the memory-mapped Arrow files. Command: `PYTHONPATH=. python "
+        "experiments/scale/measure_data_path.py --data /work/scale-data/full`; each step's exact command is in "
+        "[results.json](results.json).",
         "",
         "| step | wall | CPU | peak RSS | anonymous | load before/after |",
         "|---|---|---|---|---|---|",
@@ -464,13 +464,14 @@ def _wmt_summary(steps: dict) -> list[str]:
         "## WMT14-sized (4.5M pairs), map-style",
         "",
         f"Preprocessing (phases of the runs above): reading the corpus into Arrow {read:.0f} s, BPE on the 1M-pair "
-        f"sample {bpe_s:.0f} s, tokenising all pairs ({'2 processes'}) {tokenise:.0f} s, batching {batch_s:.0f} s: "
-        f"**{total / 60:.1f} min** wall under load (target 15 min: {'met' if total <= 900 else 'not met'}); peak RSS "
+        f"sample {bpe_s:.0f} s, tokenising all pairs (2 processes) {tokenise:.0f} s, batching {batch_s:.0f} s: "
+        f"**{total / 60:.1f} min** wall (target 15 min: {'met' if total <= 900 else 'not met'}); peak RSS "
         f"**{peak:,} MB** (target 4 GB: {'met' if peak <= 4096 else 'not met'}).",
         f"First training step: cold cache {cold['probe']['first_step_end_s']:.0f} s after the process started, warm "
         f"cache **{warm['probe']['first_step_end_s']:.0f} s** (target 2 min: "
         f"{'met' if warm['probe']['first_step_end_s'] <= 120 else 'not met'}); warm phases: "
-        + ", ".join(f"{name} {value:.0f} s" for name, value in warm["probe"]["phases_s"].items()) + ".",
+        + ", ".join(f"{name} {value:.0f} s" for name, value in warm["probe"]["phases_s"].items()
+                    if not name.endswith("(CPU)") and value >= 0.5) + ".",
         f"Token batching alone: {probe.get('pairs', 0):,} pairs' lengths read in {probe.get('lengths_s')} s, the "
         f"sampler built in {probe.get('sampler_s')} s ({probe.get('batches', 0):,} batches, "
         f"{probe.get('padding_share', 0):.1%} padding), an epoch iterated in {probe.get('epoch_iteration_s')} s; RSS "
@@ -514,11 +515,16 @@ def main():
     parser.add_argument("--lengths_from", type=Path, default=MULTI30K,
                         help="Multi30k's folder (train.en.gz, train.de.gz): the sentence lengths of the WMT14-sized corpus.")
     parser.add_argument("--report", action="store_true", help="Only write results.md from results.json.")
+    parser.add_argument("--conditions", default=None, help=(
+        "What else ran on the machine during the steps (a sentence for the report; kept in results.json)."))
     args = parser.parse_args()
-    if args.report:
-        atomic_write_text(args.output.with_suffix(".md"), render_report(json.loads(args.output.read_text())))
-        return
     results = json.loads(args.output.read_text()) if args.output.is_file() else {"machine": machine(), "steps": {}}
+    if args.conditions is not None:
+        results["conditions"] = args.conditions
+        atomic_write_text(args.output, json.dumps(results, indent=1) + "\n")
+    if args.report:
+        atomic_write_text(args.output.with_suffix(".md"), render_report(results))
+        return
     (args.data / "logs").mkdir(parents=True, exist_ok=True)
     for step in plan(args.data, args.scale, args.lengths_from):
         if step["name"] in results["steps"] or (args.only and not any(word in step["name"] for word in args.only)):
