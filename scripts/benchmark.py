@@ -5,6 +5,10 @@
     python scripts/benchmark.py --compile          # the family under torch.compile
     python scripts/benchmark.py --deployment       # base, every precision, bf16 training, CTranslate2, the shortlist,
                                                    # the int8 GEMM profile, the 12+12 vs 24+24 pair, the speed targets
+
+Paths this CPU refuses to users (bfloat16 decoding and bf16 training without native bfloat16, int8 without a fast
+kernel) are listed as refused, with the reason, but not timed: without native bfloat16 they take longer than all
+the rest. --measure_refused times them too.
 """
 
 import argparse
@@ -40,12 +44,17 @@ def main(argv=None):
                         help="Xu et al. 2024, Table 6: 12+12 depth-wise LSTM vs 24+24 residual")
     parser.add_argument("--deployment", action="store_true",
                         help="the deployment run: base size, length 64, every precision, --bf16_training, "
-                             "--ctranslate2, --shortlist, --gemm_share, --depth_pair, no memory probe")
+                             "--ctranslate2, --shortlist, --gemm_share, --depth_pair, no memory probe; the paths "
+                             "this CPU refuses to users are listed as refused, not timed (see --measure_refused)")
+    parser.add_argument("--measure_refused", action="store_true",
+                        help="also time the paths this CPU refuses to users (bfloat16 without native bfloat16, "
+                             "int8 without a fast kernel), to see how slow they are; they are slow to time too")
     parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
     args = parser.parse_args(argv)
     settings = BenchmarkSettings(threads=args.threads, compile=args.compile, measure_memory=not args.no_memory,
                                  train_bf16=args.bf16_training, ctranslate2=args.ctranslate2, depth_pair=args.depth_pair,
-                                 shortlist=args.shortlist, gemm_share=args.gemm_share)
+                                 shortlist=args.shortlist, gemm_share=args.gemm_share,
+                                 measure_refused=args.measure_refused)
     if args.quick:
         settings.sizes, settings.lengths, settings.repeats, settings.measure_memory = ("small",), (16, 64), 2, False
     if args.deployment:

@@ -194,17 +194,24 @@ def case(request):
     return request.param
 
 
-def run_as_main(name: str, *argv) -> tuple[int, str]:
-    """Run scripts/<name>.py as `python scripts/<name>.py ARGV` would, in this process: (exit code, stderr)."""
-    stderr, saved_argv = io.StringIO(), sys.argv
-    sys.argv = [str(SCRIPTS / f"{name}.py"), *map(str, argv)]
+def exit_code_as_main(path: Path, *argv) -> int | str | None:
+    """Run the script at `path` as `python PATH ARGV` would, in this process (sys.argv swapped for the run and put
+    back after): the code it exits with (it must exit)."""
+    saved_argv, sys.argv = sys.argv, [str(path), *map(str, argv)]
     try:
-        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
-                pytest.raises(SystemExit) as exit_info:
-            runpy.run_path(sys.argv[0], run_name="__main__")
+        with pytest.raises(SystemExit) as exit_info:
+            runpy.run_path(str(path), run_name="__main__")
     finally:
         sys.argv = saved_argv
-    return exit_info.value.code, stderr.getvalue()
+    return exit_info.value.code
+
+
+def run_as_main(name: str, *argv) -> tuple[int, str]:
+    """Run scripts/<name>.py as `python scripts/<name>.py ARGV` would, in this process: (exit code, stderr)."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        code = exit_code_as_main(SCRIPTS / f"{name}.py", *argv)
+    return code, stderr.getvalue()
 
 
 @functools.cache
@@ -214,12 +221,8 @@ def script_help(name: str) -> str:
     path = SCRIPTS / f"{name}.py"
     if not path.is_file():
         raise FileNotFoundError(f"scripts/{name}.py does not exist")
-    output, saved_argv = io.StringIO(), sys.argv
-    sys.argv = [str(path), "--help"]
-    try:
-        with contextlib.redirect_stdout(output), pytest.raises(SystemExit) as exit_info:
-            runpy.run_path(str(path), run_name="__main__")
-    finally:
-        sys.argv = saved_argv
-    assert exit_info.value.code in (0, None), f"scripts/{name}.py --help exited with {exit_info.value.code}"
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        code = exit_code_as_main(path, "--help")
+    assert code in (0, None), f"scripts/{name}.py --help exited with {code}"
     return output.getvalue()

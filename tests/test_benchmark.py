@@ -1,11 +1,13 @@
 """The benchmark library (speed and deployment runs) on a tiny size: its FLOP count, its forced-length
 generation in every precision and in CTranslate2, its report and targets."""
 
+import dataclasses
 import json
 import tempfile
 
 import pytest
 import torch
+from conftest import run_script
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -49,6 +51,21 @@ OPTIONS = [("dwlstm", dict(decoder_merge="two_lstm")), ("dwlstm", dict(decoder_m
 @pytest.fixture(autouse=True)
 def tiny_size(monkeypatch):
     monkeypatch.setitem(benchmark.SIZES, "tiny", TINY_SIZE)
+
+
+@pytest.fixture
+def imitate_cpu(monkeypatch):
+    """imitate_cpu(fbgemm, **features): the library and the benchmark see this CPU with other `CpuFeatures` (as
+    conftest's native_bfloat16 imposes native bfloat16), and fbgemm's int8 kernels present or not."""
+    real = precision.cpu_features()
+
+    def imitate(fbgemm: bool = True, **features):
+        imitated = dataclasses.replace(real, **features)
+        for module in (precision, benchmark):
+            monkeypatch.setattr(module, "cpu_features", lambda: imitated)
+        monkeypatch.setattr(precision, "fbgemm_available", lambda: fbgemm)
+
+    return imitate
 
 
 @pytest.mark.parametrize("member, options", [(m, {}) for m in MODELS] + OPTIONS)
@@ -105,11 +122,11 @@ def test_benchmark_runs_and_writes_its_report(tmp_path):
     assert json.loads(path.read_text())["sizes"]["tiny"]["marian"]["parameters"] == rows[MARIAN]["parameters"]
 
 
-@pytest.mark.usefixtures("native_bfloat16")
-def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_checked(monkeypatch):
+def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_checked(imitate_cpu, monkeypatch):
     """The deployment rows: every precision, CTranslate2 with and without the shortlist, bf16 training beside the
     step's matmul rates, the int8 GEMM profile, the pair of Xu et al. 2024, Table 6; each target's ratio is the
-    quotient of the rows it names."""
+    quotient of the rows it names (on a CPU with native bfloat16, which refuses no path)."""
+    imitate_cpu(native_bfloat16=True)
     monkeypatch.setitem(benchmark.SIZES, "base", dict(TINY_SIZE, decoder_layers=2))  # the depth pair is at base
     settings = BenchmarkSettings(
         sizes=("tiny",), lengths=(8,), headline_length=8, token_budget=64, generation_batch=2, source_length=5,
@@ -119,6 +136,7 @@ def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_ch
     )
     report = run_benchmark(settings, log=lambda message: None)
     rows, engines, pair = report["sizes"]["tiny"], report["engines"]["tiny"], report["depth_pair"]
+    assert report["refused_paths"] == {}
     for row in rows.values():
         assert set(row["generation"]) == set(PRECISIONS) and row["train_bf16"]["tokens_per_s"] > 0
     assert set(engines) == {f"{member} (CTranslate2){suffix}" for member in ("marian", "residual-prenorm")
@@ -164,6 +182,87 @@ def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_ch
     table = format_report(report)
     assert "| marian (CTranslate2) |" in table and "| dwlstm 12+12 |" in table and "bfloat16+int8 beam4" in table
     assert "int8 GEMM share, beam 4" in table and "Matmuls at the training step's shapes at tiny" in table
+
+
+def recorded(function, calls: list):
+    """`function`, appending (its name, positional and keyword arguments) to `calls` at each call."""
+    def record(*args, **kwargs):
+        calls.append((function.__name__, args, kwargs))
+        return function(*args, **kwargs)
+
+    return record
+
+
+# CPUs that refuse paths to users: (features, fbgemm present, the deployment paths refused).
+REFUSING_CPUS = {
+    "avx2": (dict(native_bfloat16=False, int8_dot_products=False), True, {"bfloat16", "bfloat16+int8", "train_bf16"}),
+    "no-fast-int8-either": (dict(native_bfloat16=False, int8_dot_products=False), False,
+                            {"bfloat16", "int8", "bfloat16+int8", "train_bf16", "int8_gemm_share"}),
+}
+# The first words of each target on a path that a CPU can refuse, and that path.
+REFUSABLE_TARGETS = {"bfloat16 decoding": "bfloat16", "int8 decoding": "int8", "bf16 vs fp32 training": "train_bf16",
+                     "depth-wise LSTM int8 beam-4": "int8_gemm_share"}
+
+
+@pytest.mark.parametrize("measure_refused", [False, True], ids=["listed", "measured"])
+@pytest.mark.parametrize("cpu", sorted(REFUSING_CPUS))
+def test_paths_the_cpu_refuses_to_users_are_listed_and_timed_only_when_asked(cpu, measure_refused, imitate_cpu,
+                                                                            monkeypatch):
+    """Without native bfloat16 (or a fast int8 kernel) its decoding, bf16 training and the int8 profile are never
+    prepared or run, unless measure_refused; either way the report lists them with the reason, and their targets
+    are refused (without a ratio where not timed)."""
+    features, fbgemm, refused = REFUSING_CPUS[cpu]
+    imitate_cpu(fbgemm, **features)
+    calls = []
+    for name in ("inference_copy", "training_step", "step_matmul_rates", "int8_gemm_share"):
+        monkeypatch.setattr(benchmark, name, recorded(getattr(benchmark, name), calls))
+    settings = BenchmarkSettings(
+        sizes=("tiny",), lengths=(8,), headline_length=8, token_budget=64, generation_batch=2, source_length=5,
+        new_tokens=3, repeats=1, vocab_size=VOCAB, members=("dwlstm",), device="cpu", peak_matmul_size=64,
+        measure_memory=False, precisions=tuple(PRECISIONS), train_bf16=True, shortlist=True, gemm_share=True,
+        measure_refused=measure_refused,
+    )
+    report = run_benchmark(settings, log=lambda message: None)
+    paths = {*PRECISIONS, "train_bf16", "int8_gemm_share"}
+    timed = paths if measure_refused else paths - refused
+    assert set(report["refused_paths"]) == refused
+    for path, why in report["refused_paths"].items():
+        assert ("no native bfloat16" in why) == ("bfloat16" in path or path == "train_bf16"), (path, why)
+        assert ("no fast int8 kernel" in why) == (not fbgemm and "int8" in path), (path, why)
+    assert {args[1] for name, args, _ in calls if name == "inference_copy"} == set(PRECISIONS) & timed
+    assert any(kwargs.get("bf16") for name, _, kwargs in calls if name == "training_step") == ("train_bf16" in timed)
+    assert any(name == "step_matmul_rates" for name, _, _ in calls) == ("train_bf16" in timed)
+    assert any(name == "int8_gemm_share" for name, _, _ in calls) == ("int8_gemm_share" in timed)
+    row = report["sizes"]["tiny"]["dwlstm"]
+    assert set(row["generation"]) == set(row["generation_shortlist"]) == set(PRECISIONS) & timed
+    assert ("train_bf16" in row) == ("train_bf16" in timed) and ("int8_gemm_share" in row) == ("int8_gemm_share" in timed)
+    checks = [(path, check) for check in report["targets"] for start, path in REFUSABLE_TARGETS.items()
+              if check["target"].startswith(start)]
+    assert {path for path, _ in checks} == set(REFUSABLE_TARGETS.values())  # listed, timed or not
+    for path, check in checks:
+        assert (check["verdict"] == "refused on this CPU") == (path in refused), check
+        assert (check["ratio"] is None) == (path not in timed), check
+    table = format_report(report)
+    assert ("timed anyway (--measure_refused)" if measure_refused else "not timed (--measure_refused times them)") in table
+    assert "bfloat16+int8 decoding (no native bfloat16: no AVX-512 BF16 or AMX" in table
+    assert ("| refused |" in table) == ("| not timed |" in table) == (not measure_refused)
+
+
+@pytest.mark.parametrize("flags, measure_refused", [((), False), (("--measure_refused",), True)])
+def test_the_deployment_run_times_refused_paths_only_when_asked(flags, measure_refused, monkeypatch):
+    """scripts/benchmark.py --deployment asks for every path and lists what the CPU refuses untimed;
+    --measure_refused times those too."""
+    asked = []
+
+    def stop(settings, log=print):  # the settings are all this test needs: stop before anything is timed
+        asked.append(settings)
+        raise StopIteration
+
+    monkeypatch.setattr(benchmark, "run_benchmark", stop)
+    with pytest.raises(StopIteration):
+        run_script("benchmark", "--deployment", *flags)
+    assert asked[0].measure_refused == measure_refused
+    assert asked[0].precisions == tuple(PRECISIONS) and asked[0].train_bf16 and asked[0].gemm_share
 
 
 @pytest.mark.parametrize("route", INT8_ROUTES)

@@ -29,8 +29,12 @@ everything runs under bf16 autocast; on a CPU in fp32 with `threads` threads, an
 - a torch.profiler profile of the depth-wise LSTM's int8 beam-4 decoding (`gemm_share`, `int8_gemm_share`): the
   share of its time in the int8 matrix products of the route this CPU takes.
 
+Paths this CPU refuses to users (`refused_paths`: bfloat16 without native support, int8 without a fast kernel) are
+not timed unless `measure_refused`: the report lists them with the reason (without native bfloat16 its decoding
+runs at a fraction of float32's speed, and a deployment run spent over 15 minutes warming it up).
+
 `TARGETS` are the deployment run's speed targets, checked at the largest measured size; a target whose path this
-CPU refuses to users (bfloat16 without native support) is reported as refused, not as missed.
+CPU refuses to users is reported as refused, not as missed.
 """
 
 import copy
@@ -69,7 +73,7 @@ from modeling_dwlstm.generation_translation import Shortlist
 from modeling_dwlstm.modeling_translation import MultiHeadAttention
 from modeling_dwlstm.paper_configs import MEMBER_PRESETS, PAPER_VOCAB_SIZE
 from modeling_dwlstm.paper_configs import SIZES as PAPER_SIZES
-from modeling_dwlstm.precision import cpu_features, int8_route, prepare_for_inference
+from modeling_dwlstm.precision import cpu_features, int8_route, prepare_for_inference, quantize_int8
 
 from ..ctranslate2_export import convert_loaded
 from ..files import atomic_write_json
@@ -122,6 +126,7 @@ SEARCHES = ("beam4", "greedy")
 SHORTLIST_TOP_K = 6
 SHORTLIST_FREQUENT = 100
 SHORTLIST = "shortlist"  # the suffix of the engine rows decoded with it
+PATH_NAMES = {"train_bf16": "bf16 training", "int8_gemm_share": "the int8 GEMM profile"}  # else "{precision} decoding"
 
 
 @dataclass
@@ -146,6 +151,7 @@ class BenchmarkSettings:
     depth_pair: bool = False  # 12+12 depth-wise LSTM vs 24+24 residual pre-norm decoding, at base size
     shortlist: bool = False  # also decode with a vocabulary shortlist: our members and CTranslate2 (`use_vmap`)
     gemm_share: bool = False  # profile PROFILED_MEMBER's int8 beam-4 decoding: its share in int8 matrix products
+    measure_refused: bool = False  # also time the paths this CPU refuses to users (`refused_paths`); else only list them
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
 
     def check(self):
@@ -231,13 +237,16 @@ def batch_size_for(length: int, token_budget: int) -> int:
     return max(1, token_budget // (2 * length))
 
 
-def inference_copy(model: nn.Module, precision: str) -> nn.Module:
-    """A copy of `model` prepared for generation in `precision` (a key of PRECISIONS); float32 is `model` itself."""
+def inference_copy(model: nn.Module, precision: str, allow_refused: bool = False) -> nn.Module:
+    """A copy of `model` prepared for generation in `precision` (a key of PRECISIONS) as users get it; float32 is
+    `model` itself. `allow_refused`: also where this CPU refuses it to users (`refused_routes`), to time how slow it
+    is: bfloat16 through `allow_slow`, int8 through torch._int_mm's fallback."""
     if precision == "float32":
         return model
     dtype, quantize = PRECISIONS[precision]
-    # Measured even where users are refused it (bfloat16 without native support): the table shows why.
-    return prepare_for_inference(copy.deepcopy(model), dtype, quantize, allow_slow=True)
+    if quantize == "int8" and allow_refused and "int8" in refused_routes():
+        return quantize_int8(prepare_for_inference(copy.deepcopy(model), dtype, allow_slow=True), route="int_mm")
+    return prepare_for_inference(copy.deepcopy(model), dtype, quantize, allow_slow=allow_refused)
 
 
 def random_words_tokenizer(vocab_size: int, pad_last: bool = False):
@@ -609,11 +618,12 @@ def interleaved_medians(tasks: dict, repeats: int, device: str) -> dict:
 
 
 def generation_tasks(models: dict, source: dict, settings: BenchmarkSettings) -> dict:
-    """{(member, "beam4" | "greedy", precision): task} for every model in every precision of `settings`."""
+    """{(member, "beam4" | "greedy", precision): task} for every model in every precision `settings` times
+    (`timed_precisions`)."""
     tasks = {}
     for member, model in models.items():
-        for precision in settings.precisions:
-            prepared = inference_copy(model, precision)
+        for precision in timed_precisions(settings):
+            prepared = inference_copy(model, precision, settings.measure_refused)
             for task, beams in (("beam4", 4), ("greedy", 1)):
                 tasks[member, task, precision] = (
                     lambda m=prepared, b=beams: generate_forced(m, source, b, settings.new_tokens, settings.device))
@@ -622,14 +632,14 @@ def generation_tasks(models: dict, source: dict, settings: BenchmarkSettings) ->
 
 def shortlist_tasks(models: dict, source: dict, settings: BenchmarkSettings) -> dict:
     """{(member, "beam4" | "greedy", precision, SHORTLIST): task}: our members (not Marian) decoding over
-    `synthetic_shortlist`, in every precision of `settings`."""
+    `synthetic_shortlist`, in every precision `settings` times (`timed_precisions`)."""
     tasks = {}
     for member, model in models.items():
         if member == MARIAN:
             continue
         model.shortlist = synthetic_shortlist(settings.vocab_size)
-        for precision in settings.precisions:
-            prepared = inference_copy(model, precision)
+        for precision in timed_precisions(settings):
+            prepared = inference_copy(model, precision, settings.measure_refused)
             for task, beams in (("beam4", 4), ("greedy", 1)):
                 tasks[member, task, precision, SHORTLIST] = (
                     lambda m=prepared, b=beams: generate_forced(m, source, b, settings.new_tokens, settings.device,
@@ -648,6 +658,7 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
     """All measurements of one model size: ({member: {...}}, {engine member: {precision: rates}})."""
     device = settings.device
     members = list(settings.members or [*registered_members(), MARIAN])
+    precisions, untimed = timed_precisions(settings), untimed_paths(settings)
     models, optimizers = {}, {}
     for member in members:
         torch.manual_seed(0)
@@ -666,7 +677,7 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
         model, optimizer = models[member], optimizers[member]
         for length, batch in training_batches.items():
             tasks[member, f"train{length}"] = lambda m=model, o=optimizer, b=batch: training_step(m, o, b, device)
-        if settings.train_bf16:
+        if settings.train_bf16 and "train_bf16" not in untimed:
             batch = training_batches[settings.headline_length]
             tasks[member, "train_bf16"] = lambda m=model, o=optimizer, b=batch: training_step(m, o, b, device, bf16=True)
     with tempfile.TemporaryDirectory() as directory:
@@ -689,7 +700,7 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
         if engine:
             engine.close()
     results = {}
-    rates = generation_rates(seconds, members, settings.precisions, settings)
+    rates = generation_rates(seconds, members, precisions, settings)
     for member in members:
         row = {
             "parameters": sum(p.numel() for p in models[member].parameters()),
@@ -700,8 +711,7 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
             "train": {},
         }
         if settings.shortlist and member != MARIAN:
-            row["generation_shortlist"] = generation_rates(seconds, [member], settings.precisions, settings,
-                                                           SHORTLIST)[member]
+            row["generation_shortlist"] = generation_rates(seconds, [member], precisions, settings, SHORTLIST)[member]
             row["shortlist_union"] = len(models[member].shortlist.candidates(source["input_ids"].cpu()))
         for length, batch in training_batches.items():
             step = seconds[member, f"train{length}"]
@@ -711,13 +721,14 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
                 "batch": batch_size, "tokens_per_s": 2 * batch_size * length / step, "step_s": step,
                 "flops_per_step": flops, "flops_per_s": flops / step,
             }
-        if settings.train_bf16:
+        if settings.train_bf16 and "train_bf16" not in untimed:
             step = seconds[member, "train_bf16"]
             row["train_bf16"] = {"length": settings.headline_length, "step_s": step,
                                  "tokens_per_s": 2 * training_batches[settings.headline_length]["input_ids"].numel() / step}
-        if settings.gemm_share and member == PROFILED_MEMBER:
+        if settings.gemm_share and member == PROFILED_MEMBER and "int8_gemm_share" not in untimed:
             log(f"[{size}] profile of {member}'s int8 beam-4 decoding ...")
-            row["int8_gemm_share"] = int8_gemm_share(inference_copy(models[member], "int8"), source, settings.new_tokens)
+            row["int8_gemm_share"] = int8_gemm_share(inference_copy(models[member], "int8", settings.measure_refused),
+                                                     source, settings.new_tokens)
         results[member] = row
     engines = generation_rates(seconds, sorted(f"{member} (CTranslate2)" for member in paths), ENGINE_PRECISIONS,
                                settings)
@@ -748,20 +759,61 @@ def benchmark_depth_pair(settings: BenchmarkSettings, log=print) -> dict:
     for task in tasks.values():
         task()
     seconds = interleaved_medians(tasks, settings.repeats, settings.device)
-    rates = generation_rates(seconds, list(models), settings.precisions, settings)
+    rates = generation_rates(seconds, list(models), timed_precisions(settings), settings)
     return {name: {"parameters": sum(p.numel() for p in model.parameters()), "generation": rates[name]}
             for name, model in models.items()}
 
 
+def refused_routes() -> dict:
+    """{"bfloat16" | "int8": why} for each low-precision route this CPU refuses to users: bfloat16 without native
+    support (`prepare_for_inference`, and --bf16 training), int8 without a fast kernel (`int8_route`)."""
+    features, refused = cpu_features(), {}
+    if not features.native_bfloat16:
+        refused["bfloat16"] = "no native bfloat16: no AVX-512 BF16 or AMX"
+    try:
+        int8_route(features)
+    except ValueError:
+        refused["int8"] = "no fast int8 kernel: no VNNI or AMX, and no fbgemm"
+    return refused
+
+
+def refused_paths(settings: BenchmarkSettings) -> dict:
+    """{path: why} for the paths of `settings` that this CPU refuses to users (`refused_routes`): generation
+    precisions (keys of PRECISIONS), "train_bf16" and "int8_gemm_share"."""
+    if settings.device != "cpu":
+        return {}
+    routes = {precision: [route for route, used in (("bfloat16", PRECISIONS[precision][0] == "bfloat16"),
+                                                    ("int8", PRECISIONS[precision][1] == "int8")) if used]
+              for precision in settings.precisions}
+    routes.update({"train_bf16": ["bfloat16"]} if settings.train_bf16 else {})
+    routes.update({"int8_gemm_share": ["int8"]} if settings.gemm_share else {})
+    refused = refused_routes()
+    return {path: "; ".join(refused[route] for route in used if route in refused)
+            for path, used in routes.items() if set(used) & set(refused)}
+
+
+def described(paths: dict) -> str:
+    """`refused_paths` ({path: why}) in words."""
+    return "; ".join(f"{PATH_NAMES.get(path, f'{path} decoding')} ({why})" for path, why in paths.items())
+
+
+def untimed_paths(settings: BenchmarkSettings) -> dict:
+    """`refused_paths` unless `settings.measure_refused`: {path: why} of what the run lists without timing it."""
+    return {} if settings.measure_refused else refused_paths(settings)
+
+
+def timed_precisions(settings: BenchmarkSettings) -> tuple:
+    """The generation precisions of `settings` that the run times (`untimed_paths` left out)."""
+    untimed = untimed_paths(settings)
+    return tuple(precision for precision in settings.precisions if precision not in untimed)
+
+
 def cpu_routes() -> dict:
     """What the CPU offers and which low-precision route `prepare_for_inference` takes on it, for the report."""
-    features = cpu_features()
-    try:
-        int8 = int8_route(features)
-    except ValueError:
-        int8 = "refused (no fast int8 kernel)"
-    return {"cpu": features.describe(), "cpu_capability": features.capability, "int8_route": int8,
-            "bfloat16_route": "native" if features.native_bfloat16 else "refused for users (no native bfloat16)"}
+    features, refused = cpu_features(), refused_routes()
+    return {"cpu": features.describe(), "cpu_capability": features.capability,
+            "int8_route": "refused (no fast int8 kernel)" if "int8" in refused else int8_route(features),
+            "bfloat16_route": "refused for users (no native bfloat16)" if "bfloat16" in refused else "native"}
 
 
 def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
@@ -779,14 +831,18 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
             "matmul_peak_flops_per_s": None,  # the best of the measurements before and after the models run
             "matmul_peak_measurements": [matmul_peak_flops(settings.device, dtype, settings.peak_matmul_size)],
         },
+        "refused_paths": refused_paths(settings),  # timed only with measure_refused
         "sizes": {},
     }
     report["engines"], report["step_matmul_rates"] = {}, {}
+    untimed = untimed_paths(settings)
+    if untimed:
+        log(f"Not timed, refused to users on this CPU (measure_refused times them): {described(untimed)}.")
     for size in settings.sizes:
         report["sizes"][size], engines = benchmark_size(size, settings, log)
         if engines:
             report["engines"][size] = engines
-        if settings.train_bf16:
+        if settings.train_bf16 and "train_bf16" not in untimed:  # what bf16 training can gain: only beside it
             report["step_matmul_rates"][size] = step_matmul_rates(size, settings)
     if settings.depth_pair:
         report["depth_pair"] = benchmark_depth_pair(settings, log)
@@ -830,15 +886,36 @@ class Measured:
     def bfloat16_refused(self) -> bool:
         return self.report["machine"].get("bfloat16_route", "native").startswith("refused")
 
+    @property
+    def int8_refused(self) -> bool:
+        return self.report["machine"].get("int8_route", "").startswith("refused")
+
+    @property
+    def untimed(self) -> dict:
+        """{path: why} of the paths the run listed as refused to users without timing them."""
+        return untimed_in(self.report)
+
+    def refuses(self, path: str) -> bool:
+        """Whether this CPU refuses generation in `path` (a key of PRECISIONS) to users."""
+        dtype, quantize = PRECISIONS[path]
+        return dtype == "bfloat16" and self.bfloat16_refused or quantize == "int8" and self.int8_refused
+
     def user_paths(self, rates: dict) -> dict:
-        """`rates` ({precision: rates}) without the bfloat16 paths where this CPU refuses them to users."""
-        return {path: rate for path, rate in rates.items() if not (self.bfloat16_refused and "bfloat16" in path)}
+        """`rates` ({precision: rates}) without the paths this CPU refuses to users."""
+        return {path: rate for path, rate in rates.items() if not self.refuses(path)}
 
 
-def target_row(target: str, measured: Measured, ratio: float, minimum: float | None, compared: str,
+def untimed_in(report: dict) -> dict:
+    """{path: why} of the paths a report lists as refused to users on its CPU without having timed them (none in
+    a run with measure_refused, or in a report written before refused paths were left out)."""
+    return {} if report["settings"].get("measure_refused") else report.get("refused_paths", {})
+
+
+def target_row(target: str, measured: Measured, ratio: float | None, minimum: float | None, compared: str,
                refused: bool = False, unit: str = "x") -> dict:
     """One checked target: `ratio` against `minimum` (None: reported, not a target); `refused`: the path is refused to
-    users on this CPU, so the target does not apply. `unit`: "x" for a ratio, "share" for a fraction of a whole."""
+    users on this CPU, so the target does not apply (its ratio is None where the run did not time it). `unit`: "x"
+    for a ratio, "share" for a fraction of a whole."""
     met = None if refused or minimum is None else ratio >= minimum
     verdict = "refused on this CPU" if refused else "reported" if minimum is None else "met" if met else "missed"
     return dict(target=target, size=measured.size, ratio=ratio, minimum=minimum, compared=compared, met=met,
@@ -848,13 +925,15 @@ def target_row(target: str, measured: Measured, ratio: float, minimum: float | N
 def check_precision_vs_float32(name: str, options: dict, measured: Measured) -> list[dict]:
     """Each member's decoding in `options["precision"]` against its own float32, beam 4 and greedy."""
     precision, checks = options["precision"], []
-    refused = precision == "bfloat16" and measured.bfloat16_refused
-    route = f" ({measured.report['machine'].get('int8_route', '?')} route)" if precision == "int8" else ""
+    refused = measured.refuses(precision)
+    route = f" ({measured.report['machine'].get('int8_route', '?')} route)" if precision == "int8" and not refused else ""
     for member in options["members"]:
         rates = measured.rows.get(member, {}).get("generation", {})
-        for task in SEARCHES if precision in rates else ():
-            checks.append(target_row(f"{name}, {member} ({task})", measured, rates[precision][task] / rates["float32"][task],
-                                     options["minimum"], f"{member} {precision}{route} / float32", refused))
+        untimed = bool(rates) and precision in measured.untimed
+        for task in SEARCHES if precision in rates or untimed else ():
+            ratio = None if untimed else rates[precision][task] / rates["float32"][task]
+            checks.append(target_row(f"{name}, {member} ({task})", measured, ratio, options["minimum"],
+                                     f"{member} {precision}{route} / float32", refused))
     return checks
 
 
@@ -864,12 +943,17 @@ def check_path_vs_engine(name: str, options: dict, measured: Measured) -> list[d
     member, checks = options["member"], []
     if not measured.anchor or member not in measured.rows:
         return checks
-    rates = measured.user_paths(measured.rows[member]["generation"])
+    generation = measured.rows[member]["generation"]
+    rates = measured.user_paths(generation)
     for task, minimum in options["minimums"].items():
         path = options["precision"] or fastest_path(rates, task)[0]
+        compared = f"{member} generate() {path} / Marian CTranslate2 int8"
         if path in rates:
             checks.append(target_row(f"{name} ({task})", measured, rates[path][task] / measured.anchor[task], minimum,
-                                     f"{member} generate() {path} / Marian CTranslate2 int8"))
+                                     compared))
+        elif path in generation or path in measured.untimed:  # a path this CPU refuses to users
+            ratio = generation[path][task] / measured.anchor[task] if path in generation else None
+            checks.append(target_row(f"{name} ({task})", measured, ratio, minimum, compared, refused=True))
     return checks
 
 
@@ -908,15 +992,21 @@ def check_gemm_share(name: str, options: dict, measured: Measured) -> list[dict]
     """The profiled share of a member's int8 beam-4 decoding spent in int8 matrix products (`int8_gemm_share`)."""
     profiled = measured.rows.get(options["member"], {}).get("int8_gemm_share")
     if not profiled:
-        return []
+        untimed = options["member"] in measured.rows and "int8_gemm_share" in measured.untimed
+        return [target_row(name, measured, None, options["minimum"], "int8 products / one beam-4 generate()",
+                           refused=True, unit="share")] if untimed else []
     return [target_row(name, measured, profiled["share"], options["minimum"],
                        f"{profiled['op']} / one beam-4 generate() ({profiled['route']} route, torch.profiler)",
-                       unit="share")]
+                       measured.int8_refused, unit="share")]
 
 
 def check_bf16_training(name: str, options: dict, measured: Measured) -> list[dict]:
     """Each member's bf16 / fp32 training tokens/s against a share of the bf16 / fp32 matmul rate measured at the
-    step's shapes in the same run (`step_matmul_rates`)."""
+    step's shapes in the same run (`step_matmul_rates`); refused, without a ratio or a minimum, where the run did not
+    time bf16 training because this CPU refuses it."""
+    if "train_bf16" in measured.untimed:
+        return [target_row(f"{name}, {member}", measured, None, None, f"{member} bf16 autocast / float32 tokens/s",
+                           refused=True) for member in measured.rows]
     matmul = measured.report.get("step_matmul_rates", {}).get(measured.size)
     if not matmul:
         return []
@@ -976,10 +1066,17 @@ def check_targets(report: dict, settings: BenchmarkSettings) -> list[dict]:
 
 def format_report(report: dict) -> str:
     """Markdown tables: training and float32 generation per size, generation by precision (and engine),
-    the depth pair, then the targets."""
+    the depth pair, then the targets. Paths refused to users on the CPU are listed with the reason, and marked
+    "refused" where the run did not time them."""
     settings, machine = report["settings"], report["machine"]
     peak = machine["matmul_peak_flops_per_s"]
     headline = settings["headline_length"]
+    untimed = untimed_in(report)
+
+    def with_untimed(rates: dict) -> dict:  # None for each precision refused and not timed, in the settings' order
+        return {precision: rates.get(precision) for precision in dict.fromkeys([*settings["precisions"], *rates])
+                if precision in rates or precision in untimed}
+
     lines = [
         f"Device: {machine['device']}, {machine['dtype']}, torch {machine['torch']}; CPU {machine.get('cpu', '?')}, "
         f"int8 route {machine.get('int8_route', '?')}, bfloat16 {machine.get('bfloat16_route', '?')}; measured matmul peak "
@@ -987,9 +1084,13 @@ def format_report(report: dict) -> str:
         f"tokens, {settings['new_tokens']} new tokens forced. Training: {settings['token_budget']} source+target "
         f"tokens per batch, Adam; medians of {settings['repeats']} interleaved repeats.",
     ]
+    if report.get("refused_paths"):
+        timed = ("timed anyway (--measure_refused)" if settings.get("measure_refused")
+                 else "not timed (--measure_refused times them)")
+        lines += ["", f"Refused to users on this CPU, {timed}: {described(report['refused_paths'])}."]
     for size, rows in report["sizes"].items():
         lengths = list(next(iter(rows.values()))["train"])
-        bf16 = any("train_bf16" in row for row in rows.values())
+        bf16 = any("train_bf16" in row for row in rows.values()) or "train_bf16" in untimed
         profiled = any("int8_gemm_share" in row for row in rows.values())
         lines += ["", f"**{size}**", ""]
         header = ["model", "params (M)", "decode matmul weights/token (M)", "beam-4 sent/s", "greedy sent/s"]
@@ -1004,12 +1105,13 @@ def format_report(report: dict) -> str:
             cells = [member, f"{row['parameters'] / 1e6:.2f}", f"{row['decode_matmul_weights_per_token'] / 1e6:.1f}",
                      f"{row['beam4_sentences_per_s']:.1f}", f"{row['greedy_sentences_per_s']:.1f}"]
             cells += [f"{train[length]['tokens_per_s']:,.0f}" for length in lengths]
-            cells += [f"{row['train_bf16']['tokens_per_s']:,.0f}" if "train_bf16" in row else "-"] if bf16 else []
+            cells += [f"{row['train_bf16']['tokens_per_s']:,.0f}" if "train_bf16" in row
+                      else "refused" if "train_bf16" in untimed else "-"] if bf16 else []
             cells += [f"{achieved / 1e9:.0f} ({achieved / peak:.0%})", f"{memory / 2**20:,.0f}" if memory else "-"]
             cells += [gemm_share_cell(row.get("int8_gemm_share"))] if profiled else []
             lines.append("| " + " | ".join(cells) + " |")
-        generation = {member: row["generation"] for member, row in rows.items()}
-        generation.update({f"{member} {SHORTLIST} ({row['shortlist_union']} words)": row["generation_shortlist"]
+        generation = {member: with_untimed(row["generation"]) for member, row in rows.items()}
+        generation.update({f"{member} {SHORTLIST} ({row['shortlist_union']} words)": with_untimed(row["generation_shortlist"])
                            for member, row in rows.items() if "generation_shortlist" in row})
         generation.update(report.get("engines", {}).get(size, {}))
         if len(settings["precisions"]) > 1 or len(generation) > len(rows):
@@ -1022,7 +1124,8 @@ def format_report(report: dict) -> str:
                           f"({rates['bfloat16_over_float32']:.2f}x)."]
     if report.get("depth_pair"):
         lines += ["", "Xu et al. 2024, Table 6's pair at base, decoding sentences/s by precision:", ""]
-        lines += generation_table({name: row["generation"] for name, row in report["depth_pair"].items()}, None)
+        lines += generation_table({name: with_untimed(row["generation"]) for name, row in report["depth_pair"].items()},
+                                  None)
     if report.get("targets"):
         lines += ["", "| target | needed | measured | compared | verdict |", "|---|---|---|---|---|"]
         lines += [target_line(check) for check in report["targets"]]
@@ -1032,6 +1135,8 @@ def format_report(report: dict) -> str:
 def target_line(check: dict) -> str:
     """A row of the targets table: needed, measured, what is compared, and met / MISSED / reported / refused."""
     def value(number):
+        if number is None:  # a refused path the run did not time
+            return "not timed"
         return f"{number:.0%}" if check.get("unit") == "share" else f"{number:.2f}x"
 
     needed = "-" if check["minimum"] is None else f">= {value(check['minimum'])}"
@@ -1047,7 +1152,8 @@ def gemm_share_cell(profiled: dict | None) -> str:
 
 
 def generation_table(generation: dict, reference: dict | None) -> list[str]:
-    """Rows of {model: {precision: {task: sentences/s}}}; ratios to `reference` ({task: sentences/s}) if given."""
+    """Rows of {model: {precision: {task: sentences/s}}}; ratios to `reference` ({task: sentences/s}) if given. A
+    precision whose rates are None was refused on this CPU and not timed."""
     precisions = list(dict.fromkeys(precision for rates in generation.values() for precision in rates))
     header = ["model"] + [f"{precision} {task}" for precision in precisions for task in ("beam4", "greedy")]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -1055,6 +1161,9 @@ def generation_table(generation: dict, reference: dict | None) -> list[str]:
         cells = [model]
         for precision in precisions:
             for task in ("beam4", "greedy"):
+                if precision in rates and rates[precision] is None:
+                    cells.append("refused")
+                    continue
                 rate = rates.get(precision, {}).get(task)
                 ratio = f" ({rate / reference[task]:.2f}x)" if rate and reference else ""
                 cells.append(f"{rate:.1f}{ratio}" if rate else "-")
@@ -1072,5 +1181,6 @@ __all__ = [
     "build_model", "inference_copy", "random_words_tokenizer", "ctranslate2_models", "ctranslate2_translators",
     "EngineProcess", "training_flops", "synthetic_shortlist", "shortlist_tasks", "int8_gemm_share", "step_matmul_rates",
     "decode_matmul_weights", "matmul_peak_flops", "training_step", "generate_forced", "translate_forced",
-    "benchmark_depth_pair", "run_benchmark", "check_targets", "format_report", "write_report",
+    "benchmark_depth_pair", "refused_routes", "refused_paths", "run_benchmark", "check_targets", "format_report",
+    "write_report",
 ]
