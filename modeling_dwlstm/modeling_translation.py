@@ -444,11 +444,15 @@ class LanguageAwareTransform(nn.Module):
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:  # (B, S, d), or (B, S, L+1, d) for every encoder layer
         rows = self.target_language.rows  # (B,)
-        transformed = torch.zeros_like(states)
-        for row in rows.unique().tolist():
-            sentences = (rows == row).nonzero().flatten()  # those into language `row`
-            transformed = transformed.index_copy(0, sentences, self.projections[row](states[sentences]))
-        return transformed
+        # The group sizes are read on the host: one sync per encoder pass (once per generate() call or training
+        # step), after which the GPU waits only while the next kernel is queued. Avoiding it would take a d x d
+        # matrix gathered per sentence ((B, d, d) more memory, as Zhang et al.'s code does) or every language's
+        # matrix run on the whole batch.
+        counts = torch.bincount(rows, minlength=len(self.projections)).tolist()
+        order = rows.argsort(stable=True)  # the sentences grouped by language, each group in batch order
+        groups = states.index_select(0, order).split(counts)
+        projected = [projection(group) for projection, group in zip(self.projections, groups) if len(group)]
+        return torch.cat(projected or [states]).index_select(0, order.argsort())  # `or`: an empty batch
 
 
 # ---------------------------------------------------------------------------------------------

@@ -106,6 +106,8 @@ def test_lalt_multiplies_the_encoder_output_by_the_target_languages_matrix():
     for i, language in enumerate(["fr", "de", "en"]):
         expected = encoded.hidden_states[-1][i] @ projections[ROW[language]].weight.T  # H W_t
         torch.testing.assert_close(encoded.last_hidden_state[i], expected, rtol=1e-5, atol=1e-6)
+    model.model.target_language.use(torch.zeros(0, dtype=torch.long))
+    assert model.get_encoder().language_transform(torch.zeros(0, 6, TINY["d_model"])).shape == (0, 6, TINY["d_model"])
 
 
 def interleaved(model, first, second) -> list:
