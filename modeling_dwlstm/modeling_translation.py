@@ -25,6 +25,7 @@ are described in the repository's docs/members.md.
 
 import math
 import os
+import threading
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
@@ -316,6 +317,7 @@ class MultiHeadAttention(nn.Module):
 # `config.target_languages`), and each sentence uses its language's row. The model owns one `TargetLanguage`, which
 # the encoder sets from the tags and the decoder from the encoder output (generate() expands it for beams with the
 # encoder states); every module that reads it (`reads_target_language`) holds a reference, given at build time.
+# What it holds is per thread, so that threads translating with one model (a server's) each read their own.
 
 
 class NoTargetLanguage(nn.Module):
@@ -330,13 +332,28 @@ class NoTargetLanguage(nn.Module):
 
 class TargetLanguage(NoTargetLanguage):
     """Each sentence's target language in the forward pass under way, as `rows` (batch,): the index of its language
-    in `config.target_languages`, read from the tag `<2xx>` its source starts with (`config.language_tag_ids`)."""
+    in `config.target_languages`, read from the tag `<2xx>` its source starts with (`config.language_tag_ids`).
+
+    `rows` is the calling thread's: two threads running one model with different target languages each read the
+    rows their own forward pass set. A thread that set none reads the latest set by any thread: the autograd engine's
+    own threads (one per GPU), where a checkpointed layer runs again in the backward pass of the step just taken."""
 
     def __init__(self, config: TranslationTransformerConfig):
         super().__init__()
         self.languages, self.tag_of = config.target_languages, dict(config.language_tag_ids)
         self.register_buffer("tag_ids", self.build_tag_ids(), persistent=False)  # (languages,), -1 where unknown
-        self.rows = None
+        self.per_thread, self.latest = threading.local(), None
+
+    @property
+    def rows(self) -> torch.Tensor | None:
+        return getattr(self.per_thread, "rows", self.latest)
+
+    def __getstate__(self):  # deepcopy and pickling: a threading.local is neither; a copy starts with no rows
+        return {**super().__getstate__(), "per_thread": None, "latest": None}
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.per_thread = threading.local()
 
     def build_tag_ids(self) -> torch.Tensor:
         return torch.tensor([self.tag_of.get(language, -1) for language in self.languages], dtype=torch.long)
@@ -360,7 +377,7 @@ class TargetLanguage(NoTargetLanguage):
             raise ValueError("This language-aware model's decoder needs each sentence's target language, which the "
                              "encoder returns with its output (`target_language`): pass `encoder_outputs` as "
                              "`model.get_encoder()(input_ids=...)` returns them, or `input_ids` instead of them.")
-        self.rows = rows
+        self.per_thread.rows = self.latest = rows
 
 
 def check_target_tags(is_tag: torch.Tensor, first_tokens: torch.Tensor, languages: list[str], tag_of: dict):
@@ -427,11 +444,15 @@ class LanguageAwareTransform(nn.Module):
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:  # (B, S, d), or (B, S, L+1, d) for every encoder layer
         rows = self.target_language.rows  # (B,)
-        transformed = torch.zeros_like(states)
-        for row in rows.unique().tolist():
-            sentences = (rows == row).nonzero().flatten()  # those into language `row`
-            transformed = transformed.index_copy(0, sentences, self.projections[row](states[sentences]))
-        return transformed
+        # The group sizes are read on the host: one sync per encoder pass (once per generate() call or training
+        # step), after which the GPU waits only while the next kernel is queued. Avoiding it would take a d x d
+        # matrix gathered per sentence ((B, d, d) more memory, as Zhang et al.'s code does) or every language's
+        # matrix run on the whole batch.
+        counts = torch.bincount(rows, minlength=len(self.projections)).tolist()
+        order = rows.argsort(stable=True)  # the sentences grouped by language, each group in batch order
+        groups = states.index_select(0, order).split(counts)
+        projected = [projection(group) for projection, group in zip(self.projections, groups) if len(group)]
+        return torch.cat(projected or [states]).index_select(0, order.argsort())  # `or`: an empty batch
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,12 +1,17 @@
 """Language-aware LayerNorms and encoder-output transform (LaLN, LaLT; Zhang et al. 2020) on every member: each
 sentence uses its target language's parameters, read from the tag its source starts with, through training,
-generate() (greedy and beam, dynamic and static cache), the pipeline, saving, remote code and the hub preset."""
+generate() (greedy and beam, dynamic and static cache), the pipeline, saving, remote code, the hub preset, threads
+sharing one model and copies of it."""
 
+import copy
+import io
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,6 +22,7 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, pipeline
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
 from modeling_dwlstm.modeling_dwlstm import LanguageAwareDepthWiseLstmGates
 from modeling_dwlstm.modeling_translation import LanguageAwareLayerNorm
+from modeling_dwlstm.precision import prepare_for_inference
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit.ctranslate2_export import check_exportable
 from nmt_toolkit.hub import model_card
@@ -100,6 +106,94 @@ def test_lalt_multiplies_the_encoder_output_by_the_target_languages_matrix():
     for i, language in enumerate(["fr", "de", "en"]):
         expected = encoded.hidden_states[-1][i] @ projections[ROW[language]].weight.T  # H W_t
         torch.testing.assert_close(encoded.last_hidden_state[i], expected, rtol=1e-5, atol=1e-6)
+    model.model.target_language.use(torch.zeros(0, dtype=torch.long))
+    assert model.get_encoder().language_transform(torch.zeros(0, 6, TINY["d_model"])).shape == (0, 6, TINY["d_model"])
+
+
+def interleaved(model, first, second) -> list:
+    """`first()` and `second()` in two threads, `second()` from start to end while `first()` waits in the encoder's
+    first layer, its sentences' target languages set and none read yet. Returns their results."""
+    inside, done = threading.Event(), threading.Event()
+
+    def pause(module, args):
+        if not inside.is_set():  # the first thread's first encoder pass
+            inside.set()
+            done.wait(60)
+
+    def second_while_first_waits():
+        try:
+            assert inside.wait(60), "the first thread never reached the encoder"
+            return second()
+        finally:
+            done.set()
+
+    hook = model.get_encoder().layers[0].register_forward_pre_hook(pause)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(first), pool.submit(second_while_first_waits)]
+            return [future.result(timeout=120) for future in futures]
+    finally:
+        hook.remove()
+
+
+@pytest.mark.parametrize("case", ["residual-pre", "dwlstm"])
+def test_threads_sharing_a_model_each_use_their_own_target_languages(case):
+    """A server translating in threads with one model: while one thread's forward pass or generate() is under way,
+    another runs the model on sentences into other languages, and each gets what it gets alone."""
+    model = language_aware_model(case)
+    sources = [tagged_sources(["de", "fr", "de"]), tagged_sources(["fr", "en", "en"], seed=2)]
+    decoder_input_ids = torch.randint(7, 40, (3, 4))
+
+    def forward(input_ids):
+        return lambda: logits_of(model, input_ids, decoder_input_ids)
+
+    def generate(input_ids):
+        settings = dict(num_beams=2, max_new_tokens=4, min_new_tokens=4, return_dict_in_generate=True, output_logits=True)
+        return lambda: torch.stack(model.generate(input_ids=input_ids, **settings).logits)
+
+    for run in (forward, generate):
+        alone = [run(input_ids)() for input_ids in sources]
+        together = interleaved(model, *(run(input_ids) for input_ids in sources))
+        for result, expected in zip(together, alone):
+            torch.testing.assert_close(result, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_checkpointed_layer_run_again_in_the_autograd_engines_thread_reads_the_steps_target_languages():
+    """On a GPU the backward pass, and so a checkpointed layer's second run, is in the autograd engine's thread, which
+    set no target languages: it reads those of the step (here backward() is called from another thread, which
+    runs it there on the CPU too)."""
+    model = language_aware_model("dwlstm").train()
+    input_ids, labels = tagged_sources(["de", "fr", "en"]), torch.randint(7, 40, (3, 5))
+
+    def gradients():
+        model.zero_grad()
+        loss = model(input_ids=input_ids, labels=labels).loss
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(loss.backward).result(timeout=120)
+        return {name: parameter.grad.clone() for name, parameter in model.named_parameters()}
+
+    expected = gradients()
+    model.activation_checkpointing_enable()
+    for name, gradient in gradients().items():
+        torch.testing.assert_close(gradient, expected[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_copied_or_pickled_model_reads_its_own_target_language():
+    """copy.deepcopy (int8 preparation of a copy, the benchmark) and torch.save of a whole model, after a forward
+    pass: every reader of the copy reads the copy's TargetLanguage, and the copy translates as the model does."""
+    model = language_aware_model("dwlstm")
+    input_ids, decoder_input_ids = tagged_sources(["de", "fr"]), torch.randint(7, 40, (2, 4))
+    expected = logits_of(model, input_ids, decoder_input_ids)
+    saved = io.BytesIO()
+    torch.save(model, saved)
+    saved.seek(0)
+    for copied in (copy.deepcopy(model), torch.load(saved, weights_only=False)):
+        readers = [module for module in copied.modules() if getattr(module, "reads_target_language", False)]
+        assert readers and all(module.target_language is copied.model.target_language for module in readers)
+        assert copied.model.target_language is not model.model.target_language
+        torch.testing.assert_close(logits_of(copied, input_ids, decoder_input_ids), expected, rtol=1e-5, atol=1e-6)
+    int8 = prepare_for_inference(copy.deepcopy(model), quantize="int8")
+    assert logits_of(int8, input_ids, decoder_input_ids).shape == expected.shape
 
 
 def test_a_model_without_the_options_is_unchanged():
