@@ -166,6 +166,10 @@ def check_exportable(model) -> None:
     """A one-line ValueError unless `model` is a float32 translation model of this family."""
     if not hasattr(model, "get_decoder") or not cross_attentions(model):
         raise ValueError(f"ONNX export takes the translation models of this family; got {type(model).__name__}.")
+    if model.config.language_aware:
+        raise ValueError("ONNX export does not take a model with language-aware parameters (LaLN / LaLT, Zhang et al. "
+                         "2020): its graphs have no input for each sentence's target language. Decode it with "
+                         "generate() or the translation pipeline.")
     if any(is_quantized(module) for module in linear_modules(model)):
         raise ValueError("This model was prepared for int8 inference (precision.prepare_for_inference); export the "
                          "float32 model: the export writes its own int8 graphs.")

@@ -24,6 +24,7 @@ from modeling_dwlstm.modeling_dwlstm import LanguageAwareDepthWiseLstmGates
 from modeling_dwlstm.modeling_translation import LanguageAwareLayerNorm
 from modeling_dwlstm.precision import prepare_for_inference
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit import onnx_export
 from nmt_toolkit.ctranslate2_export import check_exportable
 from nmt_toolkit.hub import model_card
 from nmt_toolkit.quickstart_corpus import generate_pairs
@@ -297,6 +298,8 @@ def test_clear_errors_without_target_languages_or_tags(tmp_path):
         without_tags(input_ids=tagged_sources(["de"]), decoder_input_ids=torch.ones(1, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="LaLN / LaLT, Zhang et al. 2020.*CTranslate2's Transformer cannot express"):
         check_exportable(model)
+    with pytest.raises(ValueError, match="ONNX export does not take a model with language-aware parameters"):
+        onnx_export.check_exportable(model)
 
 
 def test_the_opus100_table7_baseline_preset():
