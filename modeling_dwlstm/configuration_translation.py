@@ -83,10 +83,10 @@ class TranslationTransformerConfig(PreTrainedConfig):
         language_pairs (`list[str]`, defaults to []): translation directions the model was trained for,
             e.g. ["en-de"]; each becomes a `translation_en_to_de` task of the saved model's pipeline. Their
             target languages, sorted, are `target_languages`: the rows of the language-aware parameters.
-        language_aware_norm (`bool`, defaults to False): LaLN (Zhang et al. 2020, §3.1): every LayerNorm of the
+        language_aware_norm (`bool`, defaults to False): LaLN (Zhang et al. 2020): every LayerNorm of the
             model, the depth-wise LSTM's gate and hidden ones included, gets one gain and bias per target language,
             LN_t(x) = g_t * (x - mean) / std + b_t, selected by the sentence's target language.
-        language_aware_transform (`bool`, defaults to False): LaLT (Zhang et al. 2020, §3.2): the encoder output H
+        language_aware_transform (`bool`, defaults to False): LaLT (Zhang et al. 2020): the encoder output H
             becomes H W_t, one d_model x d_model matrix per target language t (no bias), before the decoder
             attends to it.
         language_tag_ids (`dict[str, int]`, defaults to {}): the token id of each language's tag `<2xx>` in the

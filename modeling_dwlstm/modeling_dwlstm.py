@@ -159,7 +159,7 @@ class DepthWiseLstmGates(nn.Linear):
 
 
 class LanguageAwareDepthWiseLstmGates(DepthWiseLstmGates):
-    """The gates with LaLN (Zhang et al. 2020, §3.1): each gate's LayerNorm has one gain and bias per target
+    """The gates with LaLN (Zhang et al. 2020): each gate's LayerNorm has one gain and bias per target
     language, `norm_weight` / `norm_bias` of shape (languages, 3, d); a sentence uses its target language's."""
 
     reads_target_language = True

@@ -402,7 +402,7 @@ def check_target_tags(is_tag: torch.Tensor, first_tokens: torch.Tensor, language
 
 
 class LanguageAwareLayerNorm(nn.Module):
-    """LaLN (Zhang et al. 2020, §3.1): LN_t(x) = g_t * (x - mean(x)) / std(x) + b_t, the gain and bias of the
+    """LaLN (Zhang et al. 2020): LN_t(x) = g_t * (x - mean(x)) / std(x) + b_t, the gain and bias of the
     sentence's target language t. `weight`, `bias`: (languages, dim), initialised to 1 and 0 as LayerNorm's."""
 
     reads_target_language = True
@@ -432,7 +432,7 @@ def make_layer_norm(config: TranslationTransformerConfig, dim: int) -> nn.Module
 
 
 class LanguageAwareTransform(nn.Module):
-    """LaLT (Zhang et al. 2020, §3.2): H_t = H W_t, one d x d projection per target language t, no bias (as in their
+    """LaLT (Zhang et al. 2020): H_t = H W_t, one d x d projection per target language t, no bias (as in their
     code), applied to the encoder output. Each language's rows of the batch go through its own `nn.Linear`."""
 
     reads_target_language = True

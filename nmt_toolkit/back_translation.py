@@ -1,4 +1,4 @@
-"""Random online back-translation (ROBT; Zhang et al. 2020, §4): synthetic pairs for the directions the data lacks,
+"""Random online back-translation (ROBT; Zhang et al. 2020): synthetic pairs for the directions the data lacks,
 made by the model being trained, in the same update as the real batch.
 
 An English-centric model translates de->fr "zero-shot" and often answers in English or in German (off-target
