@@ -7,6 +7,8 @@ skeleton of `modeling_translation`), the record. The depth-wise RNN (`modeling_r
 config base and the layers with its own step module.
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -41,6 +43,11 @@ class DepthWiseConfig(TranslationTransformerConfig):
             or "glu" (Xu et al. 2024, Eq. 6).
         lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh").
         share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
+        forget_gate_bias (`float`, defaults to 0.0): where the forget gates' LayerNorm bias starts. 0 is the
+            papers' initialisation (their LayerNorms start at ones and zeros), under which every forget gate starts
+            near sigmoid(0) = 0.5 and a 12-layer stack passes about 0.5^12 of the embedding's cell to its top; b > 0
+            starts them near sigmoid(b) (1: 0.73 per layer, 2: 0.88), as LSTMs over time often do (Gers et al.
+            2000; Jozefowicz et al. 2015). Only the initialisation changes: a saved model loads the same either way.
         decoder_merge (`str`, defaults to "add"): how a decoder layer merges its self-attention result s
             and cross-attention result x: s + x ("add") or [s; x] ("concat", a 3d input); see the members.
     """
@@ -97,6 +104,11 @@ class DwLstmConfig(DepthWiseConfig):
             With `decoder_merge="concat"` the decoder's gates read a 3d input and cannot be shared
             with the encoder's, so "global" then means one module per stack.
         share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
+        forget_gate_bias (`float`, defaults to 0.0): where the forget gates' LayerNorm bias starts. 0 is the
+            papers' initialisation (their LayerNorms start at ones and zeros), under which every forget gate starts
+            near sigmoid(0) = 0.5 and a 12-layer stack passes about 0.5^12 of the embedding's cell to its top; b > 0
+            starts them near sigmoid(b) (1: 0.73 per layer, 2: 0.88), as LSTMs over time often do (Gers et al.
+            2000; Jozefowicz et al. 2015). Only the initialisation changes: a saved model loads the same either way.
         decoder_merge (`str`, defaults to "add"): how a decoder layer combines its self-attention
             result s and cross-attention result x before the LSTM: "add" (s + x), "concat" ([s; x],
             a 3d LSTM input) or "two_lstm" (Xu et al. 2024, Fig. 3b: one depth-wise LSTM after the self-attention
@@ -109,12 +121,17 @@ class DwLstmConfig(DepthWiseConfig):
     model_type = "dwlstm"
 
     share_gates: str = "per_stack"
+    forget_gate_bias: float = 0.0
 
     decoder_merges = ("add", "concat", "two_lstm")
 
     def check_values(self):
         super().check_values()
         check_choice("share_gates", self.share_gates, ("global", "per_stack", "none"))
+        bias = self.forget_gate_bias
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+            raise ValueError(f"`forget_gate_bias` must be a finite number (0.0 is the papers' initialisation), "
+                             f"got {bias!r}.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,9 +153,9 @@ class DepthWiseLstmGates(nn.Linear):
 
     blocks = 3
 
-    def __init__(self, input_dim: int, d_model: int):
+    def __init__(self, input_dim: int, d_model: int, forget_bias: float = 0.0):
         super().__init__(input_dim, 3 * d_model)
-        self.d_model = d_model
+        self.d_model, self.forget_bias = d_model, forget_bias
         self.norm_weight = nn.Parameter(torch.ones(3, d_model))
         self.norm_bias = nn.Parameter(torch.zeros(3, d_model))
 
@@ -150,7 +167,9 @@ class DepthWiseLstmGates(nn.Linear):
 
     def init_parameters(self):
         init.ones_(self.norm_weight)
-        init.zeros_(self.norm_bias)
+        initial_bias = torch.zeros_like(self.norm_bias)  # (..., 3, d): input, forget, output
+        initial_bias[..., 1, :] = self.forget_bias
+        init.copy_(self.norm_bias, initial_bias)
 
     def activations(self, projected: torch.Tensor) -> tuple[torch.Tensor, ...]:
         gates = projected.unflatten(-1, (3, self.d_model))  # (B, T, 3, d)
@@ -164,8 +183,8 @@ class LanguageAwareDepthWiseLstmGates(DepthWiseLstmGates):
 
     reads_target_language = True
 
-    def __init__(self, input_dim: int, d_model: int, num_languages: int):
-        super().__init__(input_dim, d_model)
+    def __init__(self, input_dim: int, d_model: int, num_languages: int, forget_bias: float = 0.0):
+        super().__init__(input_dim, d_model, forget_bias)
         self.norm_weight = nn.Parameter(torch.ones(num_languages, 3, d_model))
         self.norm_bias = nn.Parameter(torch.zeros(num_languages, 3, d_model))
 
@@ -179,8 +198,9 @@ class LanguageAwareDepthWiseLstmGates(DepthWiseLstmGates):
 def make_gates(config: TranslationTransformerConfig, input_dim: int) -> DepthWiseLstmGates:
     """The gate module of `config`: `DepthWiseLstmGates`, language-aware with `language_aware_norm`."""
     if config.language_aware_norm:
-        return LanguageAwareDepthWiseLstmGates(input_dim, config.d_model, len(config.target_languages))
-    return DepthWiseLstmGates(input_dim, config.d_model)
+        return LanguageAwareDepthWiseLstmGates(input_dim, config.d_model, len(config.target_languages),
+                                               config.forget_gate_bias)
+    return DepthWiseLstmGates(input_dim, config.d_model, config.forget_gate_bias)
 
 
 class LinearHidden(nn.Module):

@@ -105,3 +105,24 @@ def test_sharing_modes_share_exactly_what_they_say(share_gates, share_hidden, me
     pointers = [t.data_ptr() for t in model.state_dict().values() if t is not model.lm_head.weight]
     tied = model.lm_head.weight.data_ptr()
     assert len([p for p in pointers if p != tied]) == len(set(p for p in pointers if p != tied))
+
+
+@pytest.mark.parametrize("language_aware", [False, True])
+def test_forget_gate_bias_starts_only_the_forget_gates_open(language_aware):
+    """`forget_gate_bias` b: every forget gate's LayerNorm bias starts at b (sigmoid(b) of the cell kept per layer),
+    the input and output gates' at 0 as in the papers; b = 0 is the papers' initialisation. It is initialisation
+    only: a saved model loads with the values it was saved with."""
+    languages = dict(language_pairs=["en-de", "en-fr"], language_tag_ids={"de": 4, "fr": 5},
+                     language_aware_norm=True) if language_aware else {}
+    opened = tiny_model("dwlstm", forget_gate_bias=1.5, **languages)
+    papers = tiny_model("dwlstm", **languages)
+    gates = [module for module in opened.modules() if hasattr(module, "forget_bias")]
+    assert len(gates) == 2  # one per stack (share_gates="per_stack")
+    for module in gates:
+        input_bias, forget_bias, output_bias = module.norm_bias.unbind(-2)
+        assert torch.equal(forget_bias, torch.full_like(forget_bias, 1.5))
+        assert not input_bias.any() and not output_bias.any()
+    assert not any(module.norm_bias.any() for module in papers.modules() if hasattr(module, "forget_bias"))
+    # The same seed draws the same weights: only the forget gates' starting bias differs.
+    differing = {name for name, value in opened.state_dict().items() if not torch.equal(value, papers.state_dict()[name])}
+    assert differing and all(name.endswith("gates.norm_bias") for name in differing)

@@ -22,6 +22,8 @@ from modeling_dwlstm import (
         (DwLstmConfig, "lstm_activation", "relu", "lstm_activation"),
         (DwLstmConfig, "share_gates", "all", "share_gates.*'global', 'per_stack', 'none'"),
         (DwLstmConfig, "share_hidden", "yes", "share_hidden"),
+        (DwLstmConfig, "forget_gate_bias", float("inf"), "forget_gate_bias.*finite number"),
+        (DwLstmConfig, "forget_gate_bias", "1", "forget_gate_bias.*finite number"),
         (DwLstmConfig, "decoder_merge", "mean", "decoder_merge"),
         (DwLstmConfig, "ffn_dim", 2047, "ffn_dim.*even"),
         (DwLstmConfig, "d_model", 500, "divisible"),
