@@ -8,6 +8,7 @@ import torch
 from conftest import MULTI30K
 from safetensors.torch import load_file
 from test_multilingual import LANGUAGES, multilingual_arguments, tokenizer, training_setup  # noqa: F401  (fixtures)
+from test_sharding import REPOSITORY, accelerate_launch, logged
 from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq
 
 import modeling_dwlstm
@@ -157,3 +158,25 @@ def test_training_with_robt_resumes_with_the_same_batches_and_fine_tunes_a_train
     train_translation(ModelArguments(str(tmp_path / "straight")), data_args, training_args)
     finetuned = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "finetuned")
     assert finetuned.config.language_pairs == ["en-de", "de-en", "en-fr"]
+
+
+def test_two_processes_train_with_robt(training_setup, tmp_path):  # noqa: F811
+    """ROBT under `accelerate launch` with two processes (DDP, gloo on the CPU): each process back-translates with
+    the model DDP wraps, the synthetic pairs of both are counted, and they change what the model learns."""
+    def arguments(output_dir, *robt):
+        return ["--model_name_or_path", str(training_setup / "tiny.json"), "--tokenizer_name_or_path",
+                str(training_setup / "tokenizer"), "--dataset", str(MULTI30K), "--language_pairs", "en-de,de-en",
+                "--more_datasets", f"{training_setup / 'fr.jsonl'}=en-fr", "--max_train_pairs", "15", "--max_tokens",
+                "160", "--max_steps", "3", "--warmup_steps", "1", "--learning_rate", "3e-3", "--logging_steps", "1",
+                "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0", "--output_dir", str(output_dir), *robt]
+
+    script = REPOSITORY / "scripts" / "train_translation.py"
+    with_robt = accelerate_launch("ddp-1node.yaml", script, arguments(tmp_path / "robt", "--robt", "1.0"))
+    assert with_robt.returncode == 0, with_robt.stderr[-3000:]
+    without = accelerate_launch("ddp-1node.yaml", script, arguments(tmp_path / "plain"))
+    assert without.returncode == 0, without.stderr[-3000:]
+    pairs = logged(tmp_path / "robt", "robt_pairs_per_update")
+    assert len(pairs) == 3 and all(count > 0 for count in pairs)
+    robt_loss, plain_loss = logged(tmp_path / "robt", "loss"), logged(tmp_path / "plain", "loss")
+    assert len(robt_loss) == len(plain_loss) == 3 and robt_loss[0] != plain_loss[0]
+    assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "robt").config.language_pairs == ["en-de", "de-en", "en-fr"]
