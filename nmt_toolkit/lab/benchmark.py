@@ -1140,7 +1140,9 @@ def target_line(check: dict) -> str:
         return f"{number:.0%}" if check.get("unit") == "share" else f"{number:.2f}x"
 
     needed = "-" if check["minimum"] is None else f">= {value(check['minimum'])}"
-    verdict = "MISSED" if check["verdict"] == "missed" else check["verdict"]
+    # Reports written before the verdicts existed have `met` alone: True, False or None (not a target).
+    verdict = check.get("verdict") or {True: "met", False: "missed", None: "reported"}[check.get("met")]
+    verdict = "MISSED" if verdict == "missed" else verdict
     return f"| {check['target']} [{check['size']}] | {needed} | {value(check['ratio'])} | {check['compared']} | {verdict} |"
 
 
