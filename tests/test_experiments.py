@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import matplotlib.axes
 import matplotlib.image
 import pytest
 from conftest import MULTI30K
@@ -244,3 +245,14 @@ def test_the_multilingual_campaign_file_loads():
         assert run.baseline == "residual-prenorm-laln-lalt-robt" and run.group == "robt"
     zero_shot = {f"{s}-{t}" for s in ("de", "fr", "cs") for t in ("de", "fr", "cs") if s != t}
     assert zero_shot <= set(experiment.evaluation["language_pairs"].split(",")) and experiment.evaluation["pivot"] == "en"
+
+
+def test_the_bleu_picture_names_the_split_it_scored(tmp_path, monkeypatch):
+    """A campaign tuned on val evaluates on val: its picture must not call the scores test scores."""
+    labels = []
+    set_ylabel = matplotlib.axes.Axes.set_ylabel
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_ylabel", lambda axis, label, **kwargs: labels.append(label) or
+                        set_ylabel(axis, label, **kwargs))
+    plot_bleu_intervals({"a": (20.0, {"low": 19.0, "high": 21.5})}, tmp_path / "val.png", split="val")
+    plot_bleu_intervals({"a": (20.0, {"low": 19.0, "high": 21.5})}, tmp_path / "test.png")
+    assert labels == ["val sacreBLEU (95% bootstrap interval)", "test sacreBLEU (95% bootstrap interval)"]

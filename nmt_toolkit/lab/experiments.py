@@ -397,8 +397,10 @@ def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, a
         histories.update({f"{row['run'].name} (baseline)": row["median"]["history"] for row in rows if row["run"].name in outside})
         if in_group:
             plot_training(histories, record_dir / f"learning_curves_{group}.png", title=f"{experiment.name}: {group}")
+    split = experiment.data["test_split"]  # a campaign tuned on val evaluates on val: the picture says so
     plot_bleu_intervals({row["run"]: (row["sacrebleu"], row["sacrebleu_interval"]) for row in table},
-                        record_dir / "test_bleu.png", title=f"{experiment.name}: test sacreBLEU (median seed)")
+                        record_dir / "test_bleu.png", title=f"{experiment.name}: {split} sacreBLEU (median seed)",
+                        split=split)
     atomic_write_text(record_dir / "results.md", _markdown(experiment, table, signature, groups, not_run,
                                                            results["not_run_yet"]))
     return results

@@ -40,8 +40,9 @@ def plot_training(histories: Mapping[str, Sequence[Mapping]], path: str | Path, 
 
 
 def plot_bleu_intervals(scores: Mapping[str, tuple[float, Mapping]], path: str | Path, title: str = "",
-                        metric: str = "sacreBLEU") -> Path:
-    """One bar per run: its score and the 95% bootstrap interval ({"low": .., "high": ..}) as an error bar."""
+                        metric: str = "sacreBLEU", split: str = "test") -> Path:
+    """One bar per run: its score on `split` and the 95% bootstrap interval ({"low": .., "high": ..}) as an error
+    bar."""
     plt = _pyplot()
     labels = list(scores)
     values = [scores[label][0] for label in labels]
@@ -51,7 +52,7 @@ def plot_bleu_intervals(scores: Mapping[str, tuple[float, Mapping]], path: str |
     bars = axis.bar(range(len(labels)), values, yerr=[lows, highs], capsize=4, color="#4c72b0")
     axis.bar_label(bars, labels=[f"{value:.1f}" for value in values], padding=14, fontsize=8)
     axis.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=9)
-    axis.set_ylabel(f"test {metric} (95% bootstrap interval)")
+    axis.set_ylabel(f"{split} {metric} (95% bootstrap interval)")
     axis.set_ylim(0, max(scores[label][1]["high"] for label in labels) * 1.15 + 1)
     axis.grid(axis="y", alpha=0.3)
     if title:
