@@ -43,11 +43,6 @@ class DepthWiseConfig(TranslationTransformerConfig):
             or "glu" (Xu et al. 2024, Eq. 6).
         lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh").
         share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
-        forget_gate_bias (`float`, defaults to 0.0): where the forget gates' LayerNorm bias starts. 0 is the
-            papers' initialisation (their LayerNorms start at ones and zeros), under which every forget gate starts
-            near sigmoid(0) = 0.5 and a 12-layer stack passes about 0.5^12 of the embedding's cell to its top; b > 0
-            starts them near sigmoid(b) (1: 0.73 per layer, 2: 0.88), as LSTMs over time often do (Gers et al.
-            2000; Jozefowicz et al. 2015). Only the initialisation changes: a saved model loads the same either way.
         decoder_merge (`str`, defaults to "add"): how a decoder layer merges its self-attention result s
             and cross-attention result x: s + x ("add") or [s; x] ("concat", a 3d input); see the members.
     """
