@@ -8,12 +8,11 @@ give the same tokens.
 """
 
 import copy
-import statistics
 import time
 
 import torch
 
-from nmt_toolkit.lab.benchmark import build_model, generate_forced, inference_copy, random_batch
+from nmt_toolkit.lab.benchmark import build_model, generate_forced, inference_copy, interleaved_medians, random_batch
 
 
 def main():
@@ -29,13 +28,9 @@ def main():
     variants = {"int8": int8, "int8+compile": compiled}
     outputs = {name: generate_forced(model, source, 4, 24, "cpu") for name, model in variants.items()}
     print("equal outputs:", torch.equal(outputs["int8"], outputs["int8+compile"]))
-    times = {name: [] for name in variants}
-    for _ in range(3):
-        for name, model in variants.items():
-            start = time.perf_counter()
-            generate_forced(model, source, 4, 24, "cpu")
-            times[name].append(time.perf_counter() - start)
-    print("beam-4 seconds:", {name: round(statistics.median(t), 3) for name, t in times.items()})
+    tasks = {name: lambda m=model: generate_forced(m, source, 4, 24, "cpu") for name, model in variants.items()}
+    seconds = interleaved_medians(tasks, 3, "cpu")
+    print("beam-4 seconds:", {name: round(value, 3) for name, value in seconds.items()})
 
 
 if __name__ == "__main__":
