@@ -256,3 +256,13 @@ def test_the_bleu_picture_names_the_split_it_scored(tmp_path, monkeypatch):
     plot_bleu_intervals({"a": (20.0, {"low": 19.0, "high": 21.5})}, tmp_path / "val.png", split="val")
     plot_bleu_intervals({"a": (20.0, {"low": 19.0, "high": 21.5})}, tmp_path / "test.png")
     assert labels == ["val sacreBLEU (95% bootstrap interval)", "test sacreBLEU (95% bootstrap interval)"]
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*.json")),
+                         ids=lambda path: path.name)
+def test_every_experiment_file_loads(path):
+    """Each campaign file in experiments/ passes the runner's checks (its configs exist, its baselines and stages
+    name runs it lists), so a campaign started from it does not stop at its first or last run."""
+    experiment = load_experiment(path)
+    assert experiment.runs and all((run.config or run.parent) for run in experiment.runs)
+    assert all(run.baseline in {other.name for other in experiment.runs} for run in experiment.runs if run.baseline)
