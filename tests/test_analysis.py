@@ -30,6 +30,7 @@ from nmt_toolkit.lab.analysis import (
     model_internals,
     replaced_layer,
     sdu_gate_statistics,
+    source_variation,
     state_features,
     tokenized_batches,
     transparent_attention_weights,
@@ -39,6 +40,7 @@ from nmt_toolkit.lab.plotting_analysis import (
     plot_layer_nonlinearity,
     plot_model_internals,
     plot_sdu_gates,
+    plot_source_variation,
     plot_transparent_attention_weights,
 )
 from nmt_toolkit.quickstart_corpus import generate_pairs
@@ -391,3 +393,40 @@ def test_plot_internals_script_picks_what_the_model_has(tokenizer, corpus_folder
     residual = save(build(ResidualTransformerConfig, tokenizer), tokenizer, tmp_path / "residual")
     with pytest.raises(ValueError, match="no gates or layer weights"):
         run_script("plot_internals", "--model", residual, "--output_dir", tmp_path / "residual-out")
+
+
+@pytest.mark.parametrize("config_class", [DwLstmConfig, ResidualTransformerConfig])
+def test_source_variation_is_zero_between_identical_sources_and_does_not_depend_on_padding(config_class, tokenizer,
+                                                                                          pairs):
+    model = build(config_class, tokenizer)
+    rows = source_variation(model, tokenized_batches(tokenizer, pairs[:6], 6))
+    assert [row["layer"] for row in rows] == list(range(SIZE["encoder_layers"] + 1))
+    assert all(row["between sources"] > 1e-3 and row["within a source"] > 1e-3 for row in rows)
+    alone = source_variation(model, tokenized_batches(tokenizer, pairs[:6], 1))  # no padding at all
+    for padded, unpadded in zip(rows, alone, strict=True):
+        for name in ("between sources", "within a source", "mean square"):
+            assert padded[name] == pytest.approx(unpadded[name], rel=1e-6)
+    same = source_variation(model, tokenized_batches(tokenizer, [pairs[0]] * 4 + [pairs[1]], 5))
+    repeated = source_variation(model, tokenized_batches(tokenizer, [pairs[0]] * 4, 4))
+    assert all(row["between sources"] < 1e-12 for row in repeated)  # one source four times: nothing varies
+    assert all(row["between sources"] > 1e-4 for row in same)  # the fifth source differs
+
+
+def test_source_variation_is_zero_within_a_source_whose_positions_are_all_alike(tokenizer, pairs):
+    model = build(ResidualTransformerConfig, tokenizer, position_embedding_type="learned")
+    with torch.no_grad():  # every position of every source gets the same input vector
+        model.get_input_embeddings().weight.fill_(0.5)
+        model.get_encoder().embeddings.positions.weight.zero_()
+    rows = source_variation(model, tokenized_batches(tokenizer, pairs[:4], 4))
+    assert all(row["within a source"] < 1e-12 < row["mean square"] for row in rows)
+    assert all(row["between sources"] < 1e-12 for row in rows)
+
+
+def test_the_source_variation_picture_draws_a_line_per_model_in_each_panel(tokenizer, pairs, tmp_path):
+    rows = {name: source_variation(build(config_class, tokenizer), tokenized_batches(tokenizer, pairs[:4], 4))
+            for name, config_class in (("dwlstm", DwLstmConfig), ("residual", ResidualTransformerConfig))}
+    figure = plot_source_variation(rows, tmp_path / "variation.png")
+    assert (tmp_path / "variation.png").read_bytes()[:4] == b"\x89PNG"
+    for axis, key in zip(figure.axes, ("between sources", "within a source"), strict=True):
+        assert [line.get_label() for line in axis.get_lines()] == ["dwlstm", "residual"]
+        assert list(axis.get_lines()[1].get_ydata()) == [row[key] for row in rows["residual"]]

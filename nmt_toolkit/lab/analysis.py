@@ -11,6 +11,10 @@
    2020, Eq. 21), and, read off the parameters, transparent attention's layer-mixing weights
    (`transparent_attention_weights`); DLCL has `model.dlcl_weight_matrices()`. `model_internals` picks
    what applies to a model from its `model_type`.
+3. What of the source each encoder layer still carries (`source_variation`): how much its output differs
+   between sources and between the positions of one source. Attention without a skip path loses both with
+   depth (Dong et al. 2021, "Attention is not all you need: pure attention loses rank doubly exponentially
+   with depth"); a depth-wise LSTM's only skip path is its cell, kept in proportion to its forget gates.
 
 Layers are found structurally: `model.get_encoder().layers` / `model.get_decoder().layers`, each mapping
 a layer state (a NamedTuple with `output` and `cell`) to `(state, attention weights)`.
@@ -461,6 +465,51 @@ def model_internals(model, batches: Iterable[dict] | None = None) -> tuple[str, 
     return name, {stack: matrix.tolist() for stack, matrix in model.dlcl_weight_matrices().items()}
 
 
+# ---------------------------------------------------------------------------------------------
+# 3. What of the source reaches each encoder layer
+# ---------------------------------------------------------------------------------------------
+
+
+def source_variation(model, batches: Iterable[dict]) -> list[dict]:
+    """For the encoder's input (the embeddings) and each layer's output, over the real positions of `batches`
+    (see `tokenized_batches`): how much the vectors h vary between sources and within one, as shares of their
+    mean square E[|h|^2]:
+
+    - "between sources": the variance of the sentence vectors (a sentence's mean over its positions) across the
+      corpus. 0: every source gives the same vector, so what follows cannot tell sources apart.
+    - "within a source": the mean over sentences of the variance over its positions. 0: every position of a
+      sentence holds the same vector (attention's rank collapse).
+
+    The last row is the stack's output (after the final LayerNorm, what the decoder attends to). Batch size and
+    padding do not change the numbers. Returns [{"layer": 0 (embeddings) .. L, "between sources", "within a
+    source", "mean square"}].
+    """
+    model.eval()
+    sentence_means, within, squares, tokens, sentences = None, None, None, 0, 0
+    with torch.inference_mode():
+        for batch in batches:
+            mask = batch["attention_mask"].bool().to(model.device)  # (B, S)
+            output = model.get_encoder()(input_ids=batch["input_ids"].to(model.device), attention_mask=mask.long(),
+                                         output_hidden_states=True)
+            hidden = torch.stack(output.hidden_states).double() * mask[None, :, :, None]  # (L+1, B, S, d)
+            lengths = mask.sum(-1)[None, :, None].double()  # (1, B, 1)
+            means = hidden.sum(2) / lengths  # (L+1, B, d)
+            spread = (hidden - means[:, :, None]) * mask[None, :, :, None]  # (L+1, B, S, d)
+            batch_within = (spread.square().sum((2, 3)) / lengths[..., 0]).sum(1)  # (L+1,)
+            batch_squares = hidden.square().sum((1, 2, 3))  # (L+1,)
+            sentence_means = means if sentence_means is None else torch.cat([sentence_means, means], 1)
+            within = batch_within if within is None else within + batch_within
+            squares = batch_squares if squares is None else squares + batch_squares
+            tokens, sentences = tokens + int(mask.sum()), sentences + len(mask)
+    if sentence_means is None:
+        raise ValueError("No batches: source_variation needs at least one sentence.")
+    mean_square = squares / tokens  # (L+1,)
+    between = sentence_means.var(1, unbiased=False).sum(-1)  # (L+1,)
+    return [{"layer": layer, "between sources": float(between[layer] / mean_square[layer]),
+             "within a source": float(within[layer] / sentences / mean_square[layer]),
+             "mean square": float(mean_square[layer])} for layer in range(len(mean_square))]
+
+
 __all__ = [
     "AffineLayer",
     "AffineDecoderLayer",
@@ -478,4 +527,5 @@ __all__ = [
     "transparent_attention_weights",
     "internals_name",
     "model_internals",
+    "source_variation",
 ]

@@ -200,3 +200,21 @@ def plot_depth_diagnosis(traces: Mapping[str, Sequence[Mapping]], path: str | Pa
     figure.suptitle(title or "What reaches each layer during training")
     _save(figure, path)
     return figure
+
+
+def plot_source_variation(models: Mapping[str, Sequence[Mapping]], path: str | Path, title: str = ""):
+    """Two panels, encoder layers along the x axis (0: the embeddings; the last: the encoder's output), one line per
+    model (log scale): how much the vectors vary between sources and within one, as shares of their mean square.
+    `models` is {model name: what `analysis.source_variation` returned}."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
+    for axis, key in zip(axes, ("between sources", "within a source")):
+        for name, rows in models.items():
+            axis.plot([row["layer"] for row in rows], [row[key] for row in rows], marker=".", label=name)
+        axis.set(yscale="log", xlabel="encoder layer (0: the embeddings; last: the encoder's output)",
+                 ylabel=f"variance {key} / mean square", title=f"how much the vectors vary {key}")
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    figure.suptitle(title or "What of the source reaches each encoder layer")
+    _save(figure, path)
+    return figure
