@@ -39,9 +39,10 @@ def measure(args) -> dict:
     corpus = load_parallel_corpus(args.data, args.source_lang, args.target_lang, args.split, max_pairs=args.sentences)
     pairs = [(pair[args.source_lang], pair[args.target_lang]) for pair in corpus["translation"]]
     results = {"split": args.split, "sentences": len(pairs), "models": {}}
+    tokenizer = load_saved_tokenizer(args.tokenizer) if args.untrained else None
+    settings = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, **args.untrained_overrides} \
+        if args.untrained else {}
     for name, config in args.untrained or []:  # as initialised (seed --seed), before any update
-        tokenizer = load_saved_tokenizer(args.tokenizer)
-        settings = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, **args.untrained_overrides}
         torch.manual_seed(args.seed)
         model = AutoModelForSeq2SeqLM.from_config(AutoConfig.from_pretrained(config, **settings))
         results["models"][name] = {"config": str(config), "overrides": args.untrained_overrides, "seed": args.seed,
