@@ -12,8 +12,21 @@ Continue a killed run: add `--resume_from_checkpoint last`. `--help` lists every
 `Seq2SeqTrainingArguments`.
 """
 
+import torch
+
 from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.training import parse_training_arguments, train_translation
 
+
+def main():
+    try:
+        train_translation(*parse_training_arguments())
+    finally:
+        # A gloo group left to the interpreter's exit can abort a finished run's process ("terminate called
+        # without an active exception", exit code -6), so each process releases its own.
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
 if __name__ == "__main__":
-    exit_on_error(lambda: train_translation(*parse_training_arguments()))
+    exit_on_error(main)
