@@ -255,7 +255,7 @@ def test_the_bleu_picture_names_the_split_it_scored(tmp_path, monkeypatch):
                         set_ylabel(axis, label, **kwargs))
     plot_bleu_intervals({"a": (20.0, {"low": 19.0, "high": 21.5})}, tmp_path / "val.png", split="val")
     plot_bleu_intervals({"a": (20.0, {"low": 19.0, "high": 21.5})}, tmp_path / "test.png")
-    assert labels == ["val sacreBLEU (95% bootstrap interval)", "test sacreBLEU (95% bootstrap interval)"]
+    assert labels == ["val sacreBLEU\n(95% bootstrap interval)", "test sacreBLEU\n(95% bootstrap interval)"]
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*.json")),

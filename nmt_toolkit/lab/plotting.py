@@ -48,11 +48,13 @@ def plot_bleu_intervals(scores: Mapping[str, tuple[float, Mapping]], path: str |
     values = [scores[label][0] for label in labels]
     lows = [scores[label][0] - scores[label][1]["low"] for label in labels]
     highs = [scores[label][1]["high"] - scores[label][0] for label in labels]
-    figure, axis = plt.subplots(figsize=(max(5.0, 0.9 * len(labels) + 2), 4.2))
+    # Wide enough for the bars and for the title, which matplotlib would cut at the edge rather than wrap.
+    figure, axis = plt.subplots(figsize=(max(5.0, 0.9 * len(labels) + 2, 0.1 * len(title) + 1), 4.2))
     bars = axis.bar(range(len(labels)), values, yerr=[lows, highs], capsize=4, color="#4c72b0")
     axis.bar_label(bars, labels=[f"{value:.1f}" for value in values], padding=14, fontsize=8)
     axis.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=9)
-    axis.set_ylabel(f"{split} {metric} (95% bootstrap interval)")
+    # Two lines: a split name such as test_2016_flickr makes one line taller than the axis.
+    axis.set_ylabel(f"{split} {metric}\n(95% bootstrap interval)")
     axis.set_ylim(0, max(scores[label][1]["high"] for label in labels) * 1.15 + 1)
     axis.grid(axis="y", alpha=0.3)
     if title:
