@@ -9,9 +9,14 @@ from pathlib import Path
 import matplotlib.axes
 import matplotlib.image
 import pytest
-from conftest import MULTI30K
+from conftest import MULTI30K, run_script
 
-from nmt_toolkit.lab.experiments import load_experiment, run_experiments, write_results_table
+from nmt_toolkit.lab.experiments import (
+    load_experiment,
+    run_experiments,
+    start_run_from_checkpoints,
+    write_results_table,
+)
 from nmt_toolkit.lab.plotting import plot_bleu_intervals, plot_training, read_log_history
 from nmt_toolkit.quickstart_corpus import write_corpus
 
@@ -266,3 +271,50 @@ def test_every_experiment_file_loads(path):
     experiment = load_experiment(path)
     assert experiment.runs and all((run.config or run.parent) for run in experiment.runs)
     assert all(run.baseline in {other.name for other in experiment.runs} for run in experiment.runs if run.baseline)
+
+
+def test_a_run_started_from_another_experiments_checkpoint_resumes_there(tmp_path):
+    """start_run_from_checkpoints: experiment B's run continues experiment A's from its step-2 checkpoint and ends
+    where A's uninterrupted run ended (same validation losses, same translations)."""
+    experiment_a = tiny_experiment(tmp_path, runs=[{"name": "residual", "config": str(HUB_CONFIGS / "residual-prenorm-base-6l.json")}])
+    experiment_b = tmp_path / "experiment-b.json"
+    experiment_b.write_text(json.dumps({**json.loads(experiment_a.read_text()), "name": "tiny-b"}))
+    run_experiments(experiment_a, output_dir=tmp_path / "runs-a", record_dir=tmp_path / "record-a", threads=1)
+    train_a = tmp_path / "runs-a" / "residual-seed1" / "train"
+    train_b = tmp_path / "runs-b" / "residual-seed1" / "train"
+    tokenizer_b = str(tmp_path / "record-b" / "tokenizer")
+
+    with pytest.raises(ValueError, match=r"records no \['no_such_setting'\]"):
+        start_run_from_checkpoints([train_a / "checkpoint-2"], train_b, {"no_such_setting": 1})
+    with pytest.raises(ValueError, match="not a complete checkpoint"):
+        start_run_from_checkpoints([train_a], train_b, {})
+    assert not train_b.exists()  # a refused start leaves nothing behind
+    run_script("start_run_from_checkpoints", "--checkpoints", train_a / "checkpoint-2", "--train_dir", train_b,
+               "--set", f"tokenizer_name_or_path={tokenizer_b}")
+    assert [path.name for path in train_b.iterdir()] == ["checkpoint-2"]
+    arguments = json.loads((train_b / "checkpoint-2" / "run_arguments.json").read_text())
+    assert arguments["tokenizer_name_or_path"] == tokenizer_b and arguments["learning_rate"] == 0.001
+    with pytest.raises(ValueError, match="has been started already"):
+        start_run_from_checkpoints([train_a / "checkpoint-2"], train_b, {})
+
+    done = run_experiments(experiment_b, output_dir=tmp_path / "runs-b", record_dir=tmp_path / "record-b", threads=1)
+    assert done[1] == "train residual-seed1 (resumed from checkpoint-2)"
+    losses = [{entry["step"]: entry["eval_loss"] for entry in read_log_history(train) if "eval_loss" in entry}
+              for train in (train_a, train_b)]
+    assert list(losses[1]) == [2, 4] and losses[1][4] == pytest.approx(losses[0][4], abs=1e-6)
+    hypotheses = [(folder / "residual-seed1" / "test" / "hypotheses.txt").read_text() for folder in
+                  (tmp_path / "runs-a", tmp_path / "runs-b")]
+    assert hypotheses[0] == hypotheses[1]
+
+
+def test_start_run_from_checkpoints_refuses_a_damaged_checkpoint(tmp_path):
+    checkpoint = tmp_path / "train" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    (checkpoint / "run_arguments.json").write_text("{}")
+    (checkpoint / "checksums.json").write_text(json.dumps({"sha256": {"model.safetensors": "0" * 64}}))
+    with pytest.raises(ValueError, match="model.safetensors is missing"):
+        start_run_from_checkpoints([checkpoint], tmp_path / "new" / "train", {})
+    (checkpoint / "checksums.json").unlink()
+    with pytest.raises(ValueError, match="has no checksums.json"):
+        start_run_from_checkpoints([checkpoint], tmp_path / "new" / "train", {})

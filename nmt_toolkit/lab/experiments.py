@@ -42,10 +42,17 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from ..checkpoints import complete_checkpoints
+from ..checkpoints import RUN_ARGUMENTS_NAME, complete_checkpoints, record_saved_folder
 from ..data import load_parallel_corpus
 from ..evaluation import paired_bootstrap, read_lines, results_table, systems_table
-from ..files import atomic_directory, atomic_write_json, atomic_write_text, claim_output_dir, releasing_output_dirs
+from ..files import (
+    atomic_directory,
+    atomic_write_json,
+    atomic_write_text,
+    claim_output_dir,
+    releasing_output_dirs,
+    verify_checksums,
+)
 from .plotting import plot_bleu_intervals, plot_training
 
 logger = logging.getLogger(__name__)
@@ -553,6 +560,49 @@ def _flags(settings: dict) -> list[str]:
     for key, value in settings.items():
         flags += [f"--{key}", json.dumps(value) if isinstance(value, bool) else str(value)]
     return flags
+
+
+def start_run_from_checkpoints(checkpoints: list[str | os.PathLike], train_dir: str | os.PathLike,
+                               arguments: dict) -> list[Path]:
+    """Give a run of one experiment the checkpoints of a run of another, so the runner resumes it there instead of
+    training it from the start: e.g. a study on val that continues a campaign's run, or a deeper schedule that
+    continues a shorter one (with an inverse-square-root or constant schedule, which do not depend on max_steps,
+    the resumed run passes through the state an uninterrupted one would).
+
+    Each checkpoint is copied into `train_dir` (a folder that must not exist yet), `arguments` replace the values
+    its run_arguments.json records (the settings that resuming compares, e.g. `model_name_or_path` and
+    `tokenizer_name_or_path`, which name the other experiment's files), and its checksums are recorded again.
+    The settings left are compared when the run resumes, so a checkpoint of another model or schedule is refused
+    there. Returns the copied checkpoints.
+    """
+    train_dir = Path(train_dir)
+    if train_dir.exists():
+        raise ValueError(f"{train_dir} exists: that run has been started already. Remove it to start it from these "
+                         "checkpoints (nothing is overwritten).")
+    if not checkpoints:
+        raise ValueError("Name at least one checkpoint folder to start the run from.")
+    sources = [Path(checkpoint) for checkpoint in checkpoints]
+    for source in sources:
+        if not (source / "trainer_state.json").is_file() or not (source / RUN_ARGUMENTS_NAME).is_file():
+            raise ValueError(f"{source} is not a complete checkpoint of train_translation.py (it needs trainer_state.json "
+                             f"and {RUN_ARGUMENTS_NAME}); name checkpoint-N folders of a training run.")
+        verify_checksums(source, required=True)  # a damaged copy would fail only when the run resumes
+        recorded = json.loads((source / RUN_ARGUMENTS_NAME).read_text(encoding="utf-8"))
+        unknown = sorted(set(arguments) - set(recorded))
+        if unknown:
+            raise ValueError(f"{source / RUN_ARGUMENTS_NAME} records no {unknown}; the settings it records are "
+                             f"{sorted(recorded)}.")
+    if len({source.name for source in sources}) != len(sources):
+        raise ValueError(f"Two of the checkpoints have the same name ({[source.name for source in sources]}); "
+                         "name checkpoints of one run.")
+    with atomic_directory(train_dir) as staging:  # the runner never sees a half-copied run
+        for source in sources:
+            copy = staging / source.name
+            shutil.copytree(source, copy)
+            recorded = json.loads((copy / RUN_ARGUMENTS_NAME).read_text(encoding="utf-8"))
+            atomic_write_json(copy / RUN_ARGUMENTS_NAME, {**recorded, **arguments})
+            record_saved_folder(copy)
+    return [train_dir / source.name for source in sources]
 
 
 def _checkpoints(train_dir: Path) -> list[Path]:
