@@ -1,16 +1,18 @@
 """Start a run of one experiment from the checkpoints of a run of another, so the experiment runner resumes it there.
 
-    python scripts/start_run_from_checkpoints.py \
-        --checkpoints runs/experiments/A/run-seed1/train/checkpoint-2700 runs/experiments/A/run-seed1/train/checkpoint-3000 \
-        --train_dir runs/experiments/B/run-seed1/train \
-        --set model_name_or_path=$PWD/hub_configs/residual-prenorm-base-6l.json \
+    python scripts/start_run_from_checkpoints.py \\
+        --checkpoints runs/experiments/A/m-seed1/train/checkpoint-2700 runs/experiments/A/m-seed1/train/checkpoint-3000 \\
+        --train_dir runs/experiments/B/m-seed1/train \\
+        --set model_name_or_path=$PWD/hub_configs/residual-prenorm-base-6l.json \\
               tokenizer_name_or_path=experiments/results/B/tokenizer
 
 Copies the checkpoints into --train_dir (which must not exist), replaces the settings named with --set in each
 checkpoint's run_arguments.json (what resuming compares: the other experiment's paths are not this one's), and
-records the checksums again. Then `scripts/run_experiments.py B.json` resumes the run from the newest of them; every
-other setting is still compared there, so a checkpoint of another model, schedule or corpus is refused. The
-work is done by `nmt_toolkit.lab.experiments.start_run_from_checkpoints`.
+records the checksums again; `scripts/run_experiments.py B.json` then resumes the run from the newest of them.
+Every other setting is still compared there, so a checkpoint of another model, schedule or corpus is refused. A
+finished run's training folder (with train_results.json) can be given instead of checkpoints: it is copied whole,
+and the runner averages and evaluates it without training. The work is done by
+`nmt_toolkit.lab.experiments.start_run_from_checkpoints`.
 """
 
 import argparse
@@ -33,7 +35,8 @@ def setting(text: str) -> tuple[str, object]:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoints", nargs="+", required=True, help="checkpoint-N folders of one training run.")
+    parser.add_argument("--checkpoints", nargs="+", required=True,
+                        help="checkpoint-N folders of one training run, or one finished run's training folder.")
     parser.add_argument("--train_dir", required=True, help="The new run's training folder (the runner's RUN-seedK/train).")
     parser.add_argument("--set", nargs="*", type=setting, default=[], dest="settings", metavar="KEY=VALUE",
                         help="Settings to record instead of the checkpoints' own (e.g. model_name_or_path=...).")

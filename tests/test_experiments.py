@@ -286,8 +286,8 @@ def test_a_run_started_from_another_experiments_checkpoint_resumes_there(tmp_pat
 
     with pytest.raises(ValueError, match=r"records no \['no_such_setting'\]"):
         start_run_from_checkpoints([train_a / "checkpoint-2"], train_b, {"no_such_setting": 1})
-    with pytest.raises(ValueError, match="not a complete checkpoint"):
-        start_run_from_checkpoints([train_a], train_b, {})
+    with pytest.raises(ValueError, match="is neither a complete checkpoint"):
+        start_run_from_checkpoints([tmp_path / "corpus"], train_b, {})
     assert not train_b.exists()  # a refused start leaves nothing behind
     run_script("start_run_from_checkpoints", "--checkpoints", train_a / "checkpoint-2", "--train_dir", train_b,
                "--set", f"tokenizer_name_or_path={tokenizer_b}")
@@ -305,6 +305,15 @@ def test_a_run_started_from_another_experiments_checkpoint_resumes_there(tmp_pat
     hypotheses = [(folder / "residual-seed1" / "test" / "hypotheses.txt").read_text() for folder in
                   (tmp_path / "runs-a", tmp_path / "runs-b")]
     assert hypotheses[0] == hypotheses[1]
+
+    # A finished run is copied whole: the runner averages and evaluates it without training.
+    train_c = tmp_path / "runs-c" / "residual-seed1" / "train"
+    copies = start_run_from_checkpoints([train_a], train_c, {"tokenizer_name_or_path": str(tmp_path / "record-c" / "tokenizer")})
+    assert copies == [train_c / "checkpoint-2", train_c / "checkpoint-4"] and (train_c / "train_results.json").is_file()
+    done = run_experiments(experiment_b, output_dir=tmp_path / "runs-c", record_dir=tmp_path / "record-c", threads=1)
+    assert [line.split(" (")[0] for line in done[1:-1]] == ["average residual-seed1", "evaluate residual-seed1",
+                                                            "record residual-seed1"]
+    assert (tmp_path / "runs-c" / "residual-seed1" / "test" / "hypotheses.txt").read_text() == hypotheses[0]
 
 
 def test_start_run_from_checkpoints_refuses_a_damaged_checkpoint(tmp_path):

@@ -562,47 +562,59 @@ def _flags(settings: dict) -> list[str]:
     return flags
 
 
-def start_run_from_checkpoints(checkpoints: list[str | os.PathLike], train_dir: str | os.PathLike,
+def start_run_from_checkpoints(sources: list[str | os.PathLike], train_dir: str | os.PathLike,
                                arguments: dict) -> list[Path]:
     """Give a run of one experiment the checkpoints of a run of another, so the runner resumes it there instead of
     training it from the start: e.g. a study on val that continues a campaign's run, or a deeper schedule that
     continues a shorter one (with an inverse-square-root or constant schedule, which do not depend on max_steps,
     the resumed run passes through the state an uninterrupted one would).
 
-    Each checkpoint is copied into `train_dir` (a folder that must not exist yet), `arguments` replace the values
-    its run_arguments.json records (the settings that resuming compares, e.g. `model_name_or_path` and
-    `tokenizer_name_or_path`, which name the other experiment's files), and its checksums are recorded again.
-    The settings left are compared when the run resumes, so a checkpoint of another model or schedule is refused
-    there. Returns the copied checkpoints.
+    `sources` are checkpoint-N folders of one run, copied into `train_dir` (a folder that must not exist yet); or a
+    finished run's training folder (with train_results.json), copied whole, so the runner averages and evaluates it
+    without training. In every copied checkpoint, `arguments` replace the values its run_arguments.json records
+    (the settings that resuming compares, e.g. `model_name_or_path` and `tokenizer_name_or_path`, which name the
+    other experiment's files), and its checksums are recorded again. The settings left are compared when the run
+    resumes, so a checkpoint of another model or schedule is refused there. Returns the copied checkpoints.
     """
     train_dir = Path(train_dir)
     if train_dir.exists():
         raise ValueError(f"{train_dir} exists: that run has been started already. Remove it to start it from these "
                          "checkpoints (nothing is overwritten).")
+    sources = [Path(source) for source in sources]
+    finished = len(sources) == 1 and (sources[0] / "train_results.json").is_file()
+    if finished:
+        verify_checksums(sources[0], required=True)
+        checkpoints = complete_checkpoints(sources[0])
+    else:
+        checkpoints = sources
     if not checkpoints:
-        raise ValueError("Name at least one checkpoint folder to start the run from.")
-    sources = [Path(checkpoint) for checkpoint in checkpoints]
-    for source in sources:
-        if not (source / "trainer_state.json").is_file() or not (source / RUN_ARGUMENTS_NAME).is_file():
-            raise ValueError(f"{source} is not a complete checkpoint of train_translation.py (it needs trainer_state.json "
-                             f"and {RUN_ARGUMENTS_NAME}); name checkpoint-N folders of a training run.")
-        verify_checksums(source, required=True)  # a damaged copy would fail only when the run resumes
-        recorded = json.loads((source / RUN_ARGUMENTS_NAME).read_text(encoding="utf-8"))
+        raise ValueError(f"No checkpoint to start the run from in {[str(source) for source in sources]}.")
+    if len({checkpoint.name for checkpoint in checkpoints}) != len(checkpoints):
+        raise ValueError(f"Two of the checkpoints have the same name ({[str(path) for path in checkpoints]}); name "
+                         "checkpoints of one run.")
+    for checkpoint in checkpoints:
+        if not (checkpoint / "trainer_state.json").is_file() or not (checkpoint / RUN_ARGUMENTS_NAME).is_file():
+            raise ValueError(f"{checkpoint} is neither a complete checkpoint of train_translation.py (with "
+                             f"trainer_state.json and {RUN_ARGUMENTS_NAME}) nor a finished run's training folder (with "
+                             "train_results.json); name checkpoint-N folders, or one finished run.")
+        verify_checksums(checkpoint, required=True)  # a damaged copy would fail only when the run resumes
+        recorded = json.loads((checkpoint / RUN_ARGUMENTS_NAME).read_text(encoding="utf-8"))
         unknown = sorted(set(arguments) - set(recorded))
         if unknown:
-            raise ValueError(f"{source / RUN_ARGUMENTS_NAME} records no {unknown}; the settings it records are "
+            raise ValueError(f"{checkpoint / RUN_ARGUMENTS_NAME} records no {unknown}; the settings it records are "
                              f"{sorted(recorded)}.")
-    if len({source.name for source in sources}) != len(sources):
-        raise ValueError(f"Two of the checkpoints have the same name ({[source.name for source in sources]}); "
-                         "name checkpoints of one run.")
     with atomic_directory(train_dir) as staging:  # the runner never sees a half-copied run
-        for source in sources:
-            copy = staging / source.name
-            shutil.copytree(source, copy)
+        if finished:
+            shutil.rmtree(staging)
+            shutil.copytree(sources[0], staging)
+        for checkpoint in checkpoints:
+            copy = staging / checkpoint.name
+            if not finished:
+                shutil.copytree(checkpoint, copy)
             recorded = json.loads((copy / RUN_ARGUMENTS_NAME).read_text(encoding="utf-8"))
             atomic_write_json(copy / RUN_ARGUMENTS_NAME, {**recorded, **arguments})
             record_saved_folder(copy)
-    return [train_dir / source.name for source in sources]
+    return [train_dir / checkpoint.name for checkpoint in checkpoints]
 
 
 def _checkpoints(train_dir: Path) -> list[Path]:
