@@ -13,11 +13,12 @@ from conftest import MULTI30K, run_script
 
 from nmt_toolkit.lab.experiments import (
     load_experiment,
+    record_history,
     run_experiments,
     start_run_from_checkpoints,
     write_results_table,
 )
-from nmt_toolkit.lab.plotting import plot_bleu_intervals, plot_training, read_log_history
+from nmt_toolkit.lab.plotting import plot_bleu_intervals, plot_training, plot_zero_shot, read_log_history
 from nmt_toolkit.quickstart_corpus import write_corpus
 
 HUB_CONFIGS = Path(__file__).resolve().parents[1] / "hub_configs"
@@ -200,6 +201,13 @@ def test_multilingual_campaign_with_a_fine_tuning_stage(tmp_path):
     assert "language_aware_norm=True,language_aware_transform=True" in json.loads(
         (record / "laln-lalt-seed1" / "record.json").read_text())["commands"]["train"]
     assert (record / "robt-seed1" / "test" / "de-fr" / "pivot_hypotheses.txt").is_file()
+    # Each direction's validation loss is kept, and their mean is the run's curve.
+    validation = [entry for entry in json.loads((record / "laln-lalt-seed1" / "log_history.json").read_text())
+                  if "eval_loss" in entry]
+    assert [entry["step"] for entry in validation] == [2]
+    losses = [validation[0][f"eval_{pair}_loss"] for pair in ("en-de", "de-en", "en-fr", "fr-en")]
+    assert validation[0]["eval_loss"] == pytest.approx(sum(losses) / 4, abs=1e-4)
+    assert (record / "learning_curves_main.png").stat().st_size > 0 and (record / "zero_shot.png").stat().st_size > 0
 
     results = json.loads((record / "results.json").read_text())
     rows = {row["run_id"]: row for row in results["rows"]}
@@ -327,3 +335,32 @@ def test_start_run_from_checkpoints_refuses_a_damaged_checkpoint(tmp_path):
     (checkpoint / "checksums.json").unlink()
     with pytest.raises(ValueError, match="has no checksums.json"):
         start_run_from_checkpoints([checkpoint], tmp_path / "new" / "train", {})
+
+
+def test_record_history_merges_a_multilingual_runs_validations():
+    """A multilingual run logs each direction's validation in an entry of its own; the record keeps one entry per
+    step with every direction's loss and their mean as eval_loss. A bilingual run's entries are kept as they are."""
+    log = [{"step": 10, "loss": 5.0, "wall_time": 9.0},
+           {"step": 10, "eval_en-de_loss": 4.0, "wall_time": 11.0, "epoch": 0.1},
+           {"step": 10, "eval_de-en_loss": 3.0, "wall_time": 12.0, "epoch": 0.1},
+           {"step": 20, "eval_en-de_loss": 2.0, "wall_time": 21.0}, {"step": 20, "eval_de-en_loss": 1.0, "wall_time": 22.0},
+           {"step": 20, "train_runtime": 30.0}]
+    history = record_history(log)
+    assert history == [{"step": 10, "loss": 5.0, "wall_time": 9.0},
+                       {"step": 10, "epoch": 0.1, "eval_en-de_loss": 4.0, "eval_de-en_loss": 3.0, "wall_time": 12.0,
+                        "eval_loss": 3.5},
+                       {"step": 20, "epoch": None, "eval_en-de_loss": 2.0, "eval_de-en_loss": 1.0, "wall_time": 22.0,
+                        "eval_loss": 1.5}]
+    bilingual = [{"step": 10, "loss": 5.0}, {"step": 10, "eval_loss": 4.0, "eval_runtime": 1.0}, {"step": 10, "epoch": 1}]
+    assert record_history(bilingual) == bilingual[:2]
+
+
+def test_the_zero_shot_picture_draws_direct_and_pivot_bleu(tmp_path, monkeypatch):
+    heights = []
+    bar = matplotlib.axes.Axes.bar
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar", lambda axis, x, height, **kwargs: heights.append(list(height)) or
+                        bar(axis, x, height, **kwargs))
+    averages = {"a": {"sacrebleu": 2.5, "pivot_sacrebleu": 22.5, "off_target_rate": 0.0},
+                "b": {"sacrebleu": 0.4, "pivot_sacrebleu": 22.4, "off_target_rate": 0.86}}
+    path = plot_zero_shot(averages, tmp_path / "zero_shot.png", title="t")
+    assert heights == [[2.5, 0.4], [22.5, 22.4]] and matplotlib.image.imread(path).shape[0] > 100

@@ -53,7 +53,7 @@ from ..files import (
     releasing_output_dirs,
     verify_checksums,
 )
-from .plotting import plot_bleu_intervals, plot_training
+from .plotting import plot_bleu_intervals, plot_training, plot_zero_shot
 
 logger = logging.getLogger(__name__)
 
@@ -305,7 +305,7 @@ def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_di
     state = json.loads((train_dir / "trainer_state.json").read_text())
     train_results = json.loads((train_dir / "train_results.json").read_text())
     config = json.loads((averaged / "config.json").read_text())
-    history = [entry for entry in state["log_history"] if "eval_loss" in entry or "loss" in entry]
+    history = record_history(state["log_history"])
     wall_time = max((entry.get("wall_time", 0.0) for entry in state["log_history"]), default=0.0)
     info = {
         "run": run.name, "seed": seed, "group": run.group, "config": run.config and str(run.config),
@@ -328,6 +328,25 @@ def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_di
             shutil.copytree(test_dir, staging / "test", ignore=shutil.ignore_patterns("results.json"))
         (staging / "log_history.json").write_text(json.dumps(history, indent=1) + "\n")
         (staging / "record.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def record_history(log_history: list[dict]) -> list[dict]:
+    """The Trainer log entries a record keeps: the training logs and the validations. A multilingual run validates
+    each direction in an entry of its own (`eval_en-de_loss`, ...): those of one step become one entry, with
+    `eval_loss` the mean over the directions (each validated on the same number of pairs), so its curves are drawn
+    as a bilingual run's are."""
+    history, by_step = [], {}
+    for entry in log_history:
+        losses = {key: value for key, value in entry.items() if key.startswith("eval_") and key.endswith("_loss")}
+        if losses and "eval_loss" not in entry:
+            merged = by_step.setdefault(entry["step"], {"step": entry["step"], "epoch": entry.get("epoch")})
+            merged.update(losses)
+            merged["wall_time"] = max(merged.get("wall_time", 0.0), entry.get("wall_time", 0.0))
+        elif "eval_loss" in entry or "loss" in entry:
+            history.append(entry)
+    for merged in by_step.values():
+        merged["eval_loss"] = round(statistics.mean(value for key, value in merged.items() if key.endswith("_loss")), 4)
+    return sorted(history + list(by_step.values()), key=lambda entry: entry["step"])
 
 
 def default_record_dir(experiment: Experiment) -> Path:
@@ -492,6 +511,16 @@ def write_multilingual_table(experiment: Experiment, record_dir: str | os.PathLi
                         for run_id, record in records.items()]}
     atomic_write_json(record_dir / "results.json", results)
     atomic_write_text(record_dir / "results.md", "\n".join(lines) + "\n")
+    for group in dict.fromkeys(run.group for run in experiment.runs):
+        histories = {run_id: record["history"] for run_id, record in records.items()
+                     if record["info"]["group"] == group and any("eval_loss" in entry for entry in record["history"])}
+        if histories:
+            plot_training(histories, record_dir / f"learning_curves_{group}.png",
+                          title=f"{experiment.name}: {group} (validation loss, mean over the training directions)")
+    if any(record["test"]["averages"].get("zero_shot") for record in records.values()):
+        plot_zero_shot({run_id: record["test"]["averages"]["zero_shot"] for run_id, record in records.items()
+                        if record["test"]["averages"].get("zero_shot")}, record_dir / "zero_shot.png",
+                       title=f"{experiment.name}: zero-shot directions, {experiment.data['test_split']}")
     return results
 
 

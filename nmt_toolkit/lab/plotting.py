@@ -1,7 +1,8 @@
-"""Pictures of training runs: learning curves against steps and wall-clock time, and test BLEU with intervals.
+"""Pictures of training runs: learning curves against steps and wall-clock time, test BLEU with intervals, and a
+multilingual model's zero-shot BLEU, direct and through English.
 
-Both functions take plain data (a Trainer `log_history` per run; a score and interval per run) and write
-a PNG; they need matplotlib (`pip install -e ".[plot]"`).
+The functions take plain data (a Trainer `log_history` per run; a score and interval per run; zero-shot averages)
+and write a PNG; they need matplotlib (`pip install -e ".[plot]"`).
 """
 
 import json
@@ -57,6 +58,33 @@ def plot_bleu_intervals(scores: Mapping[str, tuple[float, Mapping]], path: str |
     axis.set_ylabel(f"{split} {metric}\n(95% bootstrap interval)")
     axis.set_ylim(0, max(scores[label][1]["high"] for label in labels) * 1.15 + 1)
     axis.grid(axis="y", alpha=0.3)
+    if title:
+        axis.set_title(title)
+    return _save(figure, path)
+
+
+def plot_zero_shot(averages: Mapping[str, Mapping], path: str | Path, title: str = "") -> Path:
+    """One pair of bars per system: its direct zero-shot sacreBLEU and its pivot sacreBLEU (through English, the
+    same model), averaged over the zero-shot directions, with the share of direct outputs off the target language
+    written above. `averages` maps a label to its evaluation's zero-shot average (`sacrebleu`, `off_target_rate`
+    and, with pivoting, `pivot_sacrebleu`)."""
+    plt = _pyplot()
+    labels = list(averages)
+    direct = [averages[label]["sacrebleu"] for label in labels]
+    pivot = [averages[label].get("pivot_sacrebleu") or 0.0 for label in labels]
+    figure, axis = plt.subplots(figsize=(max(5.0, 1.3 * len(labels) + 2, 0.1 * len(title) + 1), 4.6))
+    positions = range(len(labels))
+    bars = axis.bar([x - 0.2 for x in positions], direct, width=0.4, color="#4c72b0", label="direct")
+    axis.bar([x + 0.2 for x in positions], pivot, width=0.4, color="#bbbbbb", label="through English (pivot)")
+    off_target = [f"{averages[label]['off_target_rate']:.0%}\noff-target" if averages[label].get("off_target_rate")
+                  is not None else "" for label in labels]
+    axis.bar_label(bars, labels=[f"{value:.1f}\n{note}" for value, note in zip(direct, off_target)], padding=2,
+                   fontsize=7)
+    axis.set_xticks(list(positions), labels, rotation=30, ha="right", fontsize=8)
+    axis.set_ylabel("sacreBLEU, mean over the\nzero-shot directions")
+    axis.set_ylim(0, max(direct + pivot) * 1.25 + 1)
+    axis.grid(axis="y", alpha=0.3)
+    axis.legend(fontsize=8, loc="upper left")
     if title:
         axis.set_title(title)
     return _save(figure, path)
