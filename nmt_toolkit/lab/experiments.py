@@ -23,7 +23,9 @@ evaluation decodes `evaluation.language_pairs` (supervised and zero-shot directi
 evaluated against the baseline's results (`--baseline_results`: win ratios, per-direction p-values), so the
 baseline is listed before it. Its table is Xu et al. 2024, Table 7's (`evaluation.systems_table`). A run with
 `from` is a fine-tuning stage: it starts from the averaged model of the run it names (same seed), e.g. with
-`"training": {"robt": 1}`, and its record counts that run's training time too.
+`"training": {"robt": 1}`, and its record counts that run's training time too. `start_run_from_checkpoints` lets
+a run of one experiment begin from another experiment's checkpoints (or finished run), e.g. a study on val that
+continues a campaign's model.
 """
 
 import json
