@@ -1,0 +1,81 @@
+#!/bin/bash
+# The multilingual campaign (experiments/multi30k_multilingual.json) on one GPU, as it was run for RESULTS.md.
+# Its models train at the same time, each followed by its fine-tuning stages (ROBT): one runner process per model,
+# each with its own output and record folders, all sharing one tokenizer. The evaluations run on the GPU as well
+# (--device cuda, decoding batches of 16,384 source tokens). An evaluation that needs the baseline's results waits
+# until they are there. At the end the records are gathered in experiments/results/NAME and the table is written.
+# Run it from the repository root; run it again after an interruption and it goes on where it stopped.
+#
+#   bash experiments/multi30k_multilingual_gpu.sh
+#   WORK=/tmp/m30k THREADS=2 MAX_SECONDS=3600 DEVICE=cuda EXPERIMENT=experiments/multi30k_multilingual.json bash ...
+set -euo pipefail
+experiment=${EXPERIMENT:-experiments/multi30k_multilingual.json}
+work=${WORK:-runs/multi30k-multilingual-gpu}
+threads=${THREADS:-2}
+device=${DEVICE:-cuda}
+deadline=$(( $(date +%s) + ${MAX_SECONDS:-86400} ))
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+
+# The experiment with its evaluation on the device, in the work folder (its relative paths made absolute).
+device_experiment="$work/$(basename "$experiment" .json)-$device.json"
+# Prints one line per model: CHAIN RUN... (the model's run, then the runs that start from it); the baseline's first.
+chains=$(python - "$experiment" "$device_experiment" "$device" <<'EOF'
+import json, sys
+from pathlib import Path
+source, target, device = sys.argv[1:]
+spec = json.loads(Path(source).read_text(encoding="utf-8"))
+folder = Path(source).resolve().parent
+if (folder / spec["data"]["dataset"]).exists():
+    spec["data"]["dataset"] = str((folder / spec["data"]["dataset"]).resolve())
+for run in spec["runs"]:
+    if "config" in run:
+        run["config"] = str((folder / run["config"]).resolve())
+spec["evaluation"] = {**spec.get("evaluation", {}), "device": device, "max_tokens": 16384}
+Path(target).write_text(json.dumps(spec, indent=1), encoding="utf-8")
+def stages(name):
+    later = [run["name"] for run in spec["runs"] if run.get("from") == name]
+    return [name] + [stage for run in later for stage in stages(run)]
+models = [run["name"] for run in spec["runs"] if "from" not in run]
+baseline = next(model for model in models if spec.get("baseline") in stages(model))
+for model in [baseline] + [model for model in models if model != baseline]:
+    print(model, *stages(model))
+EOF
+)
+name=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['name'])" "$experiment")
+baseline_chain=$(head -n 1 <<<"$chains" | cut -d' ' -f1)
+baseline_runs=$(head -n 1 <<<"$chains" | cut -d' ' -f2-)
+
+chain() {  # CHAIN RUN...: the runner on these runs, again (after a pause) while it fails and time is left
+    local chain=$1; shift
+    until python scripts/run_experiments.py "$device_experiment" --output_dir "$work/$chain/runs" \
+            --record_dir "$work/$chain/records" --threads "$threads" --no_table --only "$@" >>"$work/$chain.log" 2>&1; do
+        if [ "$(date +%s)" -ge "$deadline" ]; then echo "$chain: out of time" >>"$work/$chain.log"; return 1; fi
+        sleep 10
+    done
+}
+
+chain $(head -n 1 <<<"$chains") &
+pids=($!)
+until [ -f "$work/$baseline_chain/records/tokenizer/tokenizer.json" ]; do
+    kill -0 "${pids[0]}" 2>/dev/null || { echo "the baseline's runner ended before its tokenizer was there"; exit 1; }
+    sleep 2
+done
+while read -r model runs; do
+    [ "$model" = "$baseline_chain" ] && continue
+    mkdir -p "$work/$model/runs" "$work/$model/records"
+    [ -d "$work/$model/records/tokenizer" ] || cp -r "$work/$baseline_chain/records/tokenizer" "$work/$model/records/"
+    for run in $baseline_runs; do  # the baseline's results, read by this model's evaluations
+        ln -sfn "$work/$baseline_chain/runs/$run-seed1" "$work/$model/runs/$run-seed1"
+    done
+    chain "$model" $runs &
+    pids+=($!)
+done <<<"$chains"
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+[ "$status" = 0 ] || { echo "some runs did not finish: see $work/*.log"; exit 1; }
+
+records=experiments/results/$name
+mkdir -p "$records"
+for folder in "$work"/*/records; do cp -r "$folder"/. "$records"/; done
+python scripts/run_experiments.py "$experiment" --table_only
