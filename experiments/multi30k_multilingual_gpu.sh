@@ -46,11 +46,14 @@ name=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['name'])"
 baseline_chain=$(head -n 1 <<<"$chains" | cut -d' ' -f1)
 baseline_runs=$(head -n 1 <<<"$chains" | cut -d' ' -f2-)
 
-chain() {  # CHAIN RUN...: the runner on these runs, again (after a pause) while it fails and time is left
+chain() {  # CHAIN RUN...: the runner on these runs; again after a pause while it waits for the baseline's results
     local chain=$1; shift
     until python scripts/run_experiments.py "$device_experiment" --output_dir "$work/$chain/runs" \
             --record_dir "$work/$chain/records" --threads "$threads" --no_table --only "$@" >>"$work/$chain.log" 2>&1; do
-        if [ "$(date +%s)" -ge "$deadline" ]; then echo "$chain: out of time" >>"$work/$chain.log"; return 1; fi
+        if ! tail -n 1 "$work/$chain.log" | grep -q "needs its baseline's results"; then
+            echo "$chain failed: see $work/$chain.log" >&2; return 1
+        fi
+        if [ "$(date +%s)" -ge "$deadline" ]; then echo "$chain: out of time" >&2; return 1; fi
         sleep 10
     done
 }
