@@ -924,10 +924,10 @@ def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_ar
         if eval_dataset is None:
             raise ValueError("--validation_bleu needs validation data: pass --validation_split.")
         training_args.predict_with_generate = True
-    logger.info("Model: %s, %.2fM parameters; %s training pairs; %d-token batches x %d accumulation x %d processes.",
-                model.config.model_type, model.num_parameters() / 1e6,
+    logger.info("Model: %s, %.2fM parameters; %s training pairs; %d-token batches x %d accumulation x %d processes; "
+                "on %s.", model.config.model_type, model.num_parameters() / 1e6,
                 "streamed" if streaming else len(train_dataset), data_args.max_tokens,
-                training_args.gradient_accumulation_steps, training_args.world_size)
+                training_args.gradient_accumulation_steps, training_args.world_size, describe_device(training_args.device))
     arguments = {**run_arguments(model_args, data_args, training_args), **run_fingerprints(model, train_dataset)}
     if resume is not None:
         check_resume_matches(resume, arguments, model)
@@ -962,6 +962,13 @@ def _train(model, tokenizer, train_dataset, eval_dataset, *, model_args, data_ar
             raise
         raise DiskFull(errno.ENOSPC, _no_space_message(training_args.output_dir, trainer.state.global_step)) from error
     return trainer
+
+
+def describe_device(device: torch.device) -> str:
+    """What a training log says the run trains on: "cpu", or "cuda:0 (NVIDIA H200)" with the GPU's name."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
 
 
 def _no_space_message(output_dir: str, step: int) -> str:

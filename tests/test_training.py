@@ -27,6 +27,7 @@ from nmt_toolkit.training import (
     ModelArguments,
     TokenBatchSeq2SeqTrainer,
     TranslationTrainingArguments,
+    describe_device,
     gradient_accumulation_for,
     parse_training_arguments,
     train_translation,
@@ -84,6 +85,12 @@ def test_defaults_are_the_papers_recipe(tmp_path):
     assert gradient_accumulation_for(25_000, 4096, 1) == 7 and gradient_accumulation_for(25_000, 4096, 8) == 1
 
 
+def test_the_log_names_the_device_and_a_gpus_model(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: f"NVIDIA H200 (index {device.index})")
+    assert describe_device(torch.device("cuda", 1)) == "cuda:1 (NVIDIA H200 (index 1))"
+    assert describe_device(torch.device("cpu")) == "cpu"
+
+
 def test_bad_training_arguments_raise_clear_errors(setup, tmp_path):
     (tmp_path / "no-type.json").write_text(json.dumps({"d_model": 16}))
     cases = [
@@ -113,7 +120,7 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(setup, tmp_pa
     assert trainer.args.gradient_accumulation_steps == 2
     assert trainer.state.global_step == 7 and trainer.state.epoch > 1, "the run must cross an epoch boundary"
     log = (tmp_path / "straight" / "train.log").read_text()
-    assert "step 7/7" in log and "loss" in log
+    assert "step 7/7" in log and "loss" in log and "x 1 processes; on cpu." in log
 
     with pytest.raises(KeyboardInterrupt):
         train_translation(*arguments(setup, tmp_path / "killed"), callbacks=[KillAfterFirstCheckpoint()])
