@@ -19,8 +19,9 @@ work=$(cd "$work" && pwd)
 
 # The experiment with its evaluation on the device, in the work folder (its relative paths made absolute).
 device_experiment="$work/$(basename "$experiment" .json)-$device.json"
-# Prints one line per model: CHAIN RUN... (the model's run, then the runs that start from it); the baseline's first.
-chains=$(python - "$experiment" "$device_experiment" "$device" <<'EOF'
+# Prints the experiment's name with the baseline model's run ids (NAME RUN-seedK...), then one line per model:
+# CHAIN RUN... (the model's run, then the runs that start from it), the baseline's first.
+lines=$(python - "$experiment" "$device_experiment" "$device" <<'EOF'
 import json, sys
 from pathlib import Path
 source, target, device = sys.argv[1:]
@@ -38,13 +39,15 @@ def stages(name):
     return [name] + [stage for run in later for stage in stages(run)]
 models = [run["name"] for run in spec["runs"] if "from" not in run]
 baseline = next(model for model in models if spec.get("baseline") in stages(model))
+seeds = {run["name"]: run.get("seeds", [1]) for run in spec["runs"]}
+print(spec["name"], *(f"{run}-seed{seed}" for run in stages(baseline) for seed in seeds[run]))
 for model in [baseline] + [model for model in models if model != baseline]:
     print(model, *stages(model))
 EOF
 )
-name=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['name'])" "$experiment")
+read -r name baseline_run_ids <<<"$(head -n 1 <<<"$lines")"
+chains=$(tail -n +2 <<<"$lines")
 baseline_chain=$(head -n 1 <<<"$chains" | cut -d' ' -f1)
-baseline_runs=$(head -n 1 <<<"$chains" | cut -d' ' -f2-)
 
 chain() {  # CHAIN RUN...: the runner on these runs; again after a pause while it waits for the baseline's results
     local chain=$1; shift
@@ -68,8 +71,8 @@ while read -r model runs; do
     [ "$model" = "$baseline_chain" ] && continue
     mkdir -p "$work/$model/runs" "$work/$model/records"
     [ -d "$work/$model/records/tokenizer" ] || cp -r "$work/$baseline_chain/records/tokenizer" "$work/$model/records/"
-    for run in $baseline_runs; do  # the baseline's results, read by this model's evaluations
-        ln -sfn "$work/$baseline_chain/runs/$run-seed1" "$work/$model/runs/$run-seed1"
+    for run_id in $baseline_run_ids; do  # the baseline's results, read by this model's evaluations
+        ln -sfn "$work/$baseline_chain/runs/$run_id" "$work/$model/runs/$run_id"
     done
     chain "$model" $runs &
     pids+=($!)
