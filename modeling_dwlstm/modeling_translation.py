@@ -23,6 +23,7 @@ Papers are cited by authors and year; the members, their equations and our choic
 are described in the repository's docs/members.md.
 """
 
+import dataclasses
 import math
 import os
 import threading
@@ -248,6 +249,17 @@ ATTENTION_PROJECTIONS = ("qkv_proj", "q_proj", "kv_proj", "out_proj")
 ATTENTION_INPUTS = ("qkv_proj", "q_proj", "kv_proj")
 
 
+def fold_rows(query: torch.Tensor, rows_per_sentence: int) -> torch.Tensor:
+    """(sentences * g, H, Tq, e) -> (sentences, H, g * Tq, e): the queries of a sentence's g consecutive rows (its
+    beams) as one sequence, attending over the sentence's one copy of the keys."""
+    return query.unflatten(0, (-1, rows_per_sentence)).transpose(1, 2).flatten(2, 3)
+
+
+def unfold_rows(states: torch.Tensor, rows_per_sentence: int) -> torch.Tensor:
+    """The inverse of `fold_rows`: (sentences, H, g * Tq, e) -> (sentences * g, H, Tq, e)."""
+    return states.unflatten(2, (rows_per_sentence, -1)).transpose(1, 2).flatten(0, 1)
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention over `num_heads` heads (Vaswani et al. §3.2).
 
@@ -256,6 +268,10 @@ class MultiHeadAttention(nn.Module):
     of the encoder output with one matmul (`kv_proj`) once per generation and reuses them
     (`is_updated[layer_idx]`). SDPA computes the attention unless the model is set to "eager"
     (`attn_implementation="eager"`) or the weights are asked for (`output_attentions`).
+
+    Cross-attention keys of fewer rows than the queries belong to sentences whose consecutive decoder rows (beams)
+    share them (`TranslationEncoderOutput.rows_per_sentence`): each sentence's queries attend as one sequence over
+    its one copy of the keys, the same numbers at a fraction of the memory traffic.
     """
 
     def __init__(self, config: TranslationTransformerConfig, num_heads: int, layer_idx: int, is_cross_attention: bool = False):
@@ -295,12 +311,18 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, hidden_states, attention_mask=None, key_value_states=None, past_key_values=None, output_attentions=False):
         query, keys, values = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T, d/H)
+        rows_per_sentence = query.shape[0] // keys.shape[0]  # > 1: beams sharing their sentence's cross-attention keys
+        if rows_per_sentence > 1:
+            query = fold_rows(query, rows_per_sentence)  # (sentences, H, beams * Tq, d/H)
         dropout = self.dropout if self.training else 0.0
         if output_attentions or self.config._attn_implementation == "eager":  # SDPA does not return the weights
             attended, weights = self.eager_attention(query, keys, values, attention_mask, dropout)
         else:
             weights = None
             attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=attention_mask, dropout_p=dropout)
+        if rows_per_sentence > 1:
+            attended = unfold_rows(attended, rows_per_sentence)
+            weights = unfold_rows(weights, rows_per_sentence) if weights is not None else None
         return self.out_proj(attended.transpose(1, 2).flatten(2)), weights  # (B, Tq, d)
 
     def eager_attention(self, query, keys, values, attention_mask, dropout: float):
@@ -554,10 +576,13 @@ class TranslationEncoderOutput(BaseModelOutput):
     output and the final output, i.e. `hidden_states` stacked. A top-level tensor, so `generate()`
     expands it for beams like `last_hidden_state`. None for every other member.
     `target_language` (batch,): each sentence's target language (`TargetLanguage.rows`) for a language-aware
-    model's decoder, expanded for beams the same way; None for other models."""
+    model's decoder, expanded for beams the same way; None for other models.
+    `rows_per_sentence`: set by generate(), which keeps one copy of the encoder output per sentence for beam search
+    and gives it to that many consecutive decoder rows (the sentence's beams); None: one decoder row per sentence."""
 
     layer_outputs: torch.FloatTensor | None = None
     target_language: torch.LongTensor | None = None
+    rows_per_sentence: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -634,12 +659,14 @@ class TranslationDecoder(TranslationStack):
     def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
                 past_key_values=None, inputs_embeds=None, use_cache=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None, cache=None,
-                target_language=None) -> BaseModelOutputWithPastAndCrossAttentions:
+                target_language=None, rows_per_sentence: int = 1) -> BaseModelOutputWithPastAndCrossAttentions:
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states` (the encoder's output).")
-        self.target_language.use(target_language)  # the encoder output's (B,) rows: LaLN's in every layer
+        if target_language is not None and rows_per_sentence > 1:
+            target_language = target_language.repeat_interleave(rows_per_sentence)
+        self.target_language.use(target_language)  # (B,) rows, one per decoder row: LaLN's in every layer
         past_key_values = cache_argument(past_key_values, cache)
         if self.training and torch.is_grad_enabled() and any(getattr(layer, "gradient_checkpointing", False) for layer in self.layers):
             # A checkpointed layer runs again in the backward pass and would write its keys and values into the
@@ -652,9 +679,10 @@ class TranslationDecoder(TranslationStack):
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden = self.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds, position_offset=past_length)  # (B, T, d)
-        if encoder_hidden_states.shape[0] != hidden.shape[0]:
+        if encoder_hidden_states.shape[0] * rows_per_sentence != hidden.shape[0]:
+            shared = f" x {rows_per_sentence} decoder rows per sentence" if rows_per_sentence > 1 else ""
             raise ValueError(
-                f"Decoder batch ({hidden.shape[0]}) and encoder batch ({encoder_hidden_states.shape[0]}) differ."
+                f"Decoder batch ({hidden.shape[0]}) and encoder batch ({encoder_hidden_states.shape[0]}{shared}) differ."
             )
         self_mask = causal_mask(hidden.shape[0], hidden.shape[1], past_length + hidden.shape[1], attention_mask, hidden.device)
         encoder_mask = padding_mask(encoder_attention_mask, encoder_hidden_states.shape[:2])
@@ -915,6 +943,7 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
             encoder_attention_mask=attention_mask, past_key_values=past_key_values, inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
             target_language=getattr(encoder_outputs, "target_language", None),
+            rows_per_sentence=getattr(encoder_outputs, "rows_per_sentence", None) or 1,
         )
         output = Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
@@ -1016,6 +1045,23 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         the default (reordering both caches) copies them every step for nothing."""
         past_key_values.self_attention_cache.reorder_cache(beam_idx)
         return past_key_values
+
+    def _expand_inputs_for_generation(self, expand_size: int = 1, is_encoder_decoder: bool = False, input_ids=None,
+                                      **model_kwargs):
+        """generate()'s copies of each sentence's inputs for its beams (or returned sequences), but for the encoder
+        output and its mask: those stay one per sentence, marked `rows_per_sentence`, and the cross-attention
+        computes each sentence's keys and values once for all its beams instead of once per beam. Where the encoder
+        output is asked for (attentions or hidden states), or is not this package's, every input is copied."""
+        encoder_outputs = model_kwargs.get("encoder_outputs")
+        if (expand_size == 1 or not isinstance(encoder_outputs, TranslationEncoderOutput)
+                or encoder_outputs.attentions is not None or encoder_outputs.hidden_states is not None):
+            return super()._expand_inputs_for_generation(expand_size, is_encoder_decoder, input_ids, **model_kwargs)
+        shared = {"encoder_outputs": model_kwargs.pop("encoder_outputs"), "attention_mask": model_kwargs.pop("attention_mask", None)}
+        input_ids, model_kwargs = super()._expand_inputs_for_generation(expand_size, False, input_ids, **model_kwargs)
+        shared["encoder_outputs"] = dataclasses.replace(
+            shared["encoder_outputs"], rows_per_sentence=(encoder_outputs.rows_per_sentence or 1) * expand_size
+        )
+        return input_ids, {**model_kwargs, **shared}
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

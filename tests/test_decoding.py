@@ -10,10 +10,11 @@ import textwrap
 import pytest
 import torch
 from conftest import CASES, WITHOUT_PACKAGE, random_ids, tiny_model
-from transformers import AutoModelForSeq2SeqLM, LogitsProcessor, LogitsProcessorList, TextStreamer
+from transformers import AutoModelForSeq2SeqLM, GenerationMixin, LogitsProcessor, LogitsProcessorList, TextStreamer
 
 from modeling_dwlstm import generation_translation
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist, ShortlistLogitsMask
+from modeling_dwlstm.modeling_translation import TranslationTransformerForConditionalGeneration
 from modeling_dwlstm.precision import output_rows, prepare_for_inference, quantize_int8
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -24,6 +25,7 @@ MEMBER_CASES = ["dwlstm", "dwlstm-two-lstm", "residual-pre", "residual-post", "h
 SOURCES = random_ids(3, 7)
 MASK = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
 EOS = 2
+LANGUAGE_TAGS = {"de": 4, "fr": 5, "en": 6}  # one source in each target language
 
 
 @pytest.fixture
@@ -92,6 +94,56 @@ def test_the_loop_decodes_what_transformers_loop_decodes(case, num_beams, cache_
     assert_same_output(*both_loops(model, **settings))
     assert_same_output(*both_loops(model, **settings, return_dict_in_generate=True, output_scores=True))
     assert lean_calls["greedy" if num_beams == 1 else "beam"] == 2
+
+
+@pytest.fixture
+def beams_with_copies(monkeypatch):
+    """generate() as transformers expands inputs: a copy of each sentence's encoder output for every beam."""
+    def expand_all(model, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
+        return GenerationMixin._expand_inputs_for_generation(model, expand_size, is_encoder_decoder, input_ids,
+                                                             **model_kwargs)
+    return lambda: monkeypatch.setattr(TranslationTransformerForConditionalGeneration, "_expand_inputs_for_generation",
+                                       expand_all)
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES + ["language-aware-dwlstm"])
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_beams_share_one_copy_of_their_sentences_encoder_output(case, cache_implementation, beams_with_copies):
+    """With beams, the decoder's cross-attention reads one copy of each sentence's encoder output and keys (not one
+    per beam) and decodes what it decoded from copies: the same tokens, the same scores to rounding."""
+    if case == "language-aware-dwlstm":  # each sentence its own target language (LaLN and LaLT)
+        model = eos_prone(tiny_model("dwlstm", language_pairs=["en-de", "en-fr", "de-en"], language_tag_ids=LANGUAGE_TAGS,
+                                     language_aware_norm=True, language_aware_transform=True))
+        sources = SOURCES.clone()
+        sources[:, 0] = torch.tensor(list(LANGUAGE_TAGS.values()))
+    else:
+        model, sources = eos_prone(tiny_model(case)), SOURCES
+    settings = dict(input_ids=sources, attention_mask=MASK, num_beams=3, max_new_tokens=7, return_dict_in_generate=True,
+                    output_scores=True, cache_implementation=cache_implementation)
+    shared = model.generate(**settings)
+    beams_with_copies()
+    copies = model.generate(**settings)
+    assert torch.equal(shared.sequences, copies.sequences)
+    torch.testing.assert_close(shared.sequences_scores, copies.sequences_scores)
+    for ours, theirs in zip(shared.scores, copies.scores, strict=True):
+        torch.testing.assert_close(ours, theirs)
+    cross_keys = [layer.keys.shape[0] for layer in shared.cache.cross_attention_cache.layers]
+    assert cross_keys == [3] * model.config.decoder_layers  # 3 sentences, not 9 beams
+    assert [layer.keys.shape[0] for layer in copies.cache.cross_attention_cache.layers] == [9] * model.config.decoder_layers
+
+
+def test_a_decoder_batch_that_is_not_the_sentences_beams_is_refused():
+    model = tiny_model("dwlstm")
+    encoder_outputs = model.get_encoder()(input_ids=SOURCES, attention_mask=MASK)
+    with pytest.raises(ValueError, match=r"Decoder batch \(6\) and encoder batch \(3\) differ"):
+        model(encoder_outputs=encoder_outputs, attention_mask=MASK, decoder_input_ids=torch.ones(6, 1, dtype=torch.long))
+    encoder_outputs.rows_per_sentence = 3
+    with pytest.raises(ValueError, match=r"and encoder batch \(3 x 3 decoder rows per sentence\) differ"):
+        model(encoder_outputs=encoder_outputs, attention_mask=MASK, decoder_input_ids=torch.ones(6, 1, dtype=torch.long))
+    logits = model(encoder_outputs=encoder_outputs, attention_mask=MASK, decoder_input_ids=torch.ones(9, 1, dtype=torch.long)).logits
+    torch.testing.assert_close(logits[:3], logits[0:1].expand(3, -1, -1))  # a sentence's rows read its encoder output
+    torch.testing.assert_close(logits[3], model(input_ids=SOURCES[1:2], attention_mask=MASK[1:2],
+                                                decoder_input_ids=torch.ones(1, 1, dtype=torch.long)).logits[0])
 
 
 @pytest.mark.parametrize("case", ["dwlstm", "residual-pre", "ta-post"])
