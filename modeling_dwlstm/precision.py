@@ -113,7 +113,12 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 HEAP_BLOCK_LIMIT = 32 << 20
 NEVER_TRIM = 2**31 - 1  # mallopt takes an int: 2 GB free at the top of the heap before any is returned
 ALLOCATOR_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
-freed_memory_kept = False  # whether `keep_freed_memory` has told this process's allocator so
+_freed_memory_kept = False
+
+
+def freed_memory_kept() -> bool:
+    """Whether `keep_freed_memory` has told this process's allocator to keep freed memory."""
+    return _freed_memory_kept
 
 
 def keep_freed_memory() -> bool:
@@ -129,16 +134,16 @@ def keep_freed_memory() -> bool:
     2 GB free) instead of returning it. Returns True if the allocator was told so; False, changing nothing, where
     the C library is not glibc or the environment already sets one of glibc's MALLOC_ variables (the user's own
     choice)."""
-    global freed_memory_kept
-    if freed_memory_kept:
+    global _freed_memory_kept
+    if _freed_memory_kept:
         return True
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or any(
         name in os.environ for name in ALLOCATOR_VARIABLES
     ):
         return False
     libc = ctypes.CDLL("libc.so.6")
-    freed_memory_kept = bool(libc.mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK_LIMIT) and libc.mallopt(M_TRIM_THRESHOLD, NEVER_TRIM))
-    return freed_memory_kept
+    _freed_memory_kept = bool(libc.mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK_LIMIT) and libc.mallopt(M_TRIM_THRESHOLD, NEVER_TRIM))
+    return _freed_memory_kept
 
 
 def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32", quantize: str = "none",
@@ -327,6 +332,6 @@ def is_sharded(tensor: torch.Tensor) -> bool:
     return isinstance(tensor, DTensor)
 
 
-__all__ = ["DTYPES", "INT8_ROUTES", "QUANTIZATIONS", "CpuFeatures", "FbgemmInt8Projection", "Int8Projection", "keep_freed_memory",
-           "check_precision", "cpu_features", "cpu_has_vnni", "int8_route", "prepare_for_inference", "quantize_int8",
-           "linear_modules", "is_quantized", "output_rows", "torch_dtype"]
+__all__ = ["DTYPES", "INT8_ROUTES", "QUANTIZATIONS", "CpuFeatures", "FbgemmInt8Projection", "Int8Projection",
+           "freed_memory_kept", "keep_freed_memory", "check_precision", "cpu_features", "cpu_has_vnni", "int8_route",
+           "prepare_for_inference", "quantize_int8", "linear_modules", "is_quantized", "output_rows", "torch_dtype"]

@@ -224,7 +224,7 @@ def test_keep_freed_memory_leaves_a_users_allocator_settings_and_other_c_librari
             return 1
 
     monkeypatch.setattr(precision.ctypes, "CDLL", lambda name: Libc())
-    monkeypatch.setattr(precision, "freed_memory_kept", False)
+    monkeypatch.setattr(precision, "_freed_memory_kept", False)
     for name in precision.ALLOCATOR_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")

@@ -73,7 +73,14 @@ from modeling_dwlstm.generation_translation import Shortlist
 from modeling_dwlstm.modeling_translation import MultiHeadAttention
 from modeling_dwlstm.paper_configs import MEMBER_PRESETS, PAPER_VOCAB_SIZE
 from modeling_dwlstm.paper_configs import SIZES as PAPER_SIZES
-from modeling_dwlstm.precision import cpu_features, int8_route, prepare_for_inference, quantize_int8
+from modeling_dwlstm.precision import (
+    cpu_features,
+    freed_memory_kept,
+    int8_route,
+    keep_freed_memory,
+    prepare_for_inference,
+    quantize_int8,
+)
 
 from ..ctranslate2_export import convert_loaded
 from ..files import atomic_write_json
@@ -808,10 +815,22 @@ def timed_precisions(settings: BenchmarkSettings) -> tuple:
     return tuple(precision for precision in settings.precisions if precision not in untimed)
 
 
+def cpu_identity() -> dict:
+    """The CPU's model name and its vector-instruction flags (AVX, AVX-512, AMX, VNNI, FMA), from /proc/cpuinfo."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {"cpu_model": None, "cpu_flags": None}
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    fields = {name.strip(): value.strip() for name, value in fields.items()}
+    flags = sorted(flag for flag in fields.get("flags", "").split() if flag.startswith(("avx", "amx", "fma")) or "vnni" in flag)
+    return {"cpu_model": fields.get("model name"), "cpu_flags": " ".join(flags)}
+
+
 def cpu_routes() -> dict:
     """What the CPU offers and which low-precision route `prepare_for_inference` takes on it, for the report."""
     features, refused = cpu_features(), refused_routes()
-    return {"cpu": features.describe(), "cpu_capability": features.capability,
+    return {"cpu": features.describe(), "cpu_capability": features.capability, **cpu_identity(),
             "int8_route": "refused (no fast int8 kernel)" if "int8" in refused else int8_route(features),
             "bfloat16_route": "refused for users (no native bfloat16)" if "bfloat16" in refused else "native"}
 
@@ -820,6 +839,8 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
     settings.check()
     if settings.device == "cpu":
         torch.set_num_threads(settings.threads)
+        # As `prepare_for_inference` does for users, before any row: every row, float32 too, runs with it.
+        keep_freed_memory()
     dtype = torch.bfloat16 if settings.device == "cuda" else torch.float32
     report = {
         "settings": asdict(settings),
@@ -828,6 +849,7 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
             "dtype": str(dtype).removeprefix("torch."),
             "torch": torch.__version__,
             **cpu_routes(),
+            "freed_memory_kept": freed_memory_kept(),  # glibc told to keep freed memory (keep_freed_memory)
             "matmul_peak_flops_per_s": None,  # the best of the measurements before and after the models run
             "matmul_peak_measurements": [matmul_peak_flops(settings.device, dtype, settings.peak_matmul_size)],
         },
@@ -1078,7 +1100,9 @@ def format_report(report: dict) -> str:
                 if precision in rates or precision in untimed}
 
     lines = [
-        f"Device: {machine['device']}, {machine['dtype']}, torch {machine['torch']}; CPU {machine.get('cpu', '?')}, "
+        f"Device: {machine['device']}, {machine['dtype']}, torch {machine['torch']}; CPU {machine.get('cpu', '?')} "
+        f"({machine.get('cpu_model') or 'model not read'}; flags {machine.get('cpu_flags') or 'not read'}; freed memory "
+        f"{'kept' if machine.get('freed_memory_kept') else 'returned to the system'}), "
         f"int8 route {machine.get('int8_route', '?')}, bfloat16 {machine.get('bfloat16_route', '?')}; measured matmul peak "
         f"{peak / 1e9:.0f} GFLOP/s. Generation: {settings['generation_batch']} sources of {settings['source_length']} "
         f"tokens, {settings['new_tokens']} new tokens forced. Training: {settings['token_budget']} source+target "
