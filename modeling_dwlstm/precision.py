@@ -126,9 +126,10 @@ def keep_freed_memory() -> bool:
     `MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=<large>` would: blocks up to 32 MB come from the heap
     and the heap is not trimmed. Decoding allocates and frees tensors of the same sizes at every step (the (rows,
     vocabulary) scores alone are 18 MB at beam 4 with 32 sentences); by default glibc hands many of them back to
-    the operating system and faults fresh zeroed pages in at the next step, which cost 10-15% of int8 beam-4
-    decoding on a 2-core AVX2 CPU (docs/speed.md). CTranslate2 keeps its memory the same way, with a caching
-    allocator of its own.
+    the operating system and faults fresh zeroed pages in at the next step. Kept, a decoding process faulted half
+    as many pages in, and int8 beam-4 decoding was faster in 5 of 6 paired processes on a 2-core AVX2 CPU (median
+    1.11x), but the benchmark's runs could not decide a gain (docs/speed.md): a setting to try, not a default.
+    CTranslate2 keeps its memory the same way, with a caching allocator of its own.
 
     Process-wide, as those environment variables are: the process keeps the memory it has freed (its peak, up to
     2 GB free) instead of returning it. Returns True if the allocator was told so; False, changing nothing, where
@@ -148,14 +149,14 @@ def keep_freed_memory() -> bool:
 
 def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32", quantize: str = "none",
                           quantize_output_projection: bool = True, allow_slow: bool = False,
-                          keep_memory: bool = True) -> nn.Module:
+                          keep_memory: bool = False) -> nn.Module:
     """Cast `model` to `dtype` ("float32" or "bfloat16", or the torch dtype: torch.bfloat16) and, with quantize="int8", quantise every
     `nn.Linear` to int8 (W8A8, dynamic; the output projection too unless `quantize_output_projection`
     is False), by the int8 route that is fast on this CPU (`int8_route`). Changes `model` in place, puts it in
     eval mode and returns it. bfloat16 on a CPU without native bfloat16 is refused (it would decode several
-    times slower than float32) unless `allow_slow` (e.g. to halve the memory). For a model on the CPU it also
-    calls `keep_freed_memory` (process-wide: the process keeps the memory it frees, for decoding's next step),
-    unless `keep_memory` is False."""
+    times slower than float32) unless `allow_slow` (e.g. to halve the memory). With `keep_memory`, for a model on
+    the CPU, it also calls `keep_freed_memory` (process-wide: the process keeps the memory it frees, for
+    decoding's next step)."""
     device = next(model.parameters()).device.type
     check_precision(dtype, quantize, device, allow_slow)
     if any(is_quantized(module) for module in linear_modules(model)):

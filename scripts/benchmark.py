@@ -49,12 +49,15 @@ def main(argv=None):
     parser.add_argument("--measure_refused", action="store_true",
                         help="also time the paths this CPU refuses to users (bfloat16 without native bfloat16, "
                              "int8 without a fast kernel), to see how slow they are; they are slow to time too")
+    parser.add_argument("--keep_freed_memory", action="store_true",
+                        help="tell glibc's allocator to keep freed memory for the whole run, every row "
+                             "(modeling_dwlstm.precision.keep_freed_memory)")
     parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
     args = parser.parse_args(argv)
     settings = BenchmarkSettings(threads=args.threads, compile=args.compile, measure_memory=not args.no_memory,
                                  train_bf16=args.bf16_training, ctranslate2=args.ctranslate2, depth_pair=args.depth_pair,
                                  shortlist=args.shortlist, gemm_share=args.gemm_share,
-                                 measure_refused=args.measure_refused)
+                                 measure_refused=args.measure_refused, keep_freed_memory=args.keep_freed_memory)
     if args.quick:
         settings.sizes, settings.lengths, settings.repeats, settings.measure_memory = ("small",), (16, 64), 2, False
     if args.deployment:

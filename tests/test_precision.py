@@ -239,12 +239,12 @@ def test_keep_freed_memory_leaves_a_users_allocator_settings_and_other_c_librari
     assert precision.keep_freed_memory() and len(calls) == 2  # once per process
 
 
-def test_preparing_a_cpu_model_keeps_freed_memory_unless_told_not_to(monkeypatch):
+def test_preparing_a_cpu_model_keeps_freed_memory_only_when_asked(monkeypatch):
     calls = []
     monkeypatch.setattr(precision, "keep_freed_memory", lambda: calls.append(1) or True)
     prepare_for_inference(tiny_model("dwlstm"), quantize="int8")
-    assert calls == [1]
-    prepare_for_inference(tiny_model("dwlstm"), quantize="int8", keep_memory=False)
+    assert calls == []
+    prepare_for_inference(tiny_model("dwlstm"), quantize="int8", keep_memory=True)
     assert calls == [1]
 
 

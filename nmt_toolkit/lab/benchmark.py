@@ -159,6 +159,7 @@ class BenchmarkSettings:
     shortlist: bool = False  # also decode with a vocabulary shortlist: our members and CTranslate2 (`use_vmap`)
     gemm_share: bool = False  # profile PROFILED_MEMBER's int8 beam-4 decoding: its share in int8 matrix products
     measure_refused: bool = False  # also time the paths this CPU refuses to users (`refused_paths`); else only list them
+    keep_freed_memory: bool = False  # glibc keeps freed memory for the whole run (`precision.keep_freed_memory`)
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
 
     def check(self):
@@ -839,7 +840,7 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
     settings.check()
     if settings.device == "cpu":
         torch.set_num_threads(settings.threads)
-        # As `prepare_for_inference` does for users, before any row: every row, float32 too, runs with it.
+    if settings.device == "cpu" and settings.keep_freed_memory:  # before any row: every row, float32 too, runs with it
         keep_freed_memory()
     dtype = torch.bfloat16 if settings.device == "cuda" else torch.float32
     report = {
