@@ -1056,12 +1056,11 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         if (expand_size == 1 or not isinstance(encoder_outputs, TranslationEncoderOutput)
                 or encoder_outputs.attentions is not None or encoder_outputs.hidden_states is not None):
             return super()._expand_inputs_for_generation(expand_size, is_encoder_decoder, input_ids, **model_kwargs)
-        shared = {"encoder_outputs": model_kwargs.pop("encoder_outputs"), "attention_mask": model_kwargs.pop("attention_mask", None)}
+        del model_kwargs["encoder_outputs"]
+        attention_mask = model_kwargs.pop("attention_mask", None)
         input_ids, model_kwargs = super()._expand_inputs_for_generation(expand_size, False, input_ids, **model_kwargs)
-        shared["encoder_outputs"] = dataclasses.replace(
-            shared["encoder_outputs"], rows_per_sentence=(encoder_outputs.rows_per_sentence or 1) * expand_size
-        )
-        return input_ids, {**model_kwargs, **shared}
+        shared = dataclasses.replace(encoder_outputs, rows_per_sentence=(encoder_outputs.rows_per_sentence or 1) * expand_size)
+        return input_ids, {**model_kwargs, "encoder_outputs": shared, "attention_mask": attention_mask}
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
