@@ -73,15 +73,27 @@ class CpuFeatures:
         return self.capability + (f" with {' and '.join(extras)}" if extras else " (no VNNI, no native bfloat16)")
 
 
+def cpuinfo() -> dict[str, str]:
+    """The fields of /proc/cpuinfo ("flags", "model name", ...; the first processor's where they repeat), {} where
+    there is no such file."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    fields = {}
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(name.strip(), value.strip())
+    return fields
+
+
 @functools.cache
 def cpu_features() -> CpuFeatures:
     """This CPU's features as the kernels will use them: the flags of /proc/cpuinfo, capped by the instruction
     level PyTorch dispatches to (ATEN_CPU_CAPABILITY) and oneDNN's (ONEDNN_MAX_CPU_ISA), so that imitating an
     older CPU with those variables imitates it here too. Without /proc/cpuinfo: no VNNI and no native bfloat16."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text(encoding="utf-8").split())
-    except OSError:
-        flags = set()
+    flags = set(cpuinfo().get("flags", "").split())
     capability = torch.backends.cpu.get_cpu_capability()
     onednn_isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
     avx512 = capability.startswith("AVX512") and (onednn_isa == "ALL" or "AVX512" in onednn_isa or "AMX" in onednn_isa)
@@ -334,5 +346,5 @@ def is_sharded(tensor: torch.Tensor) -> bool:
 
 
 __all__ = ["DTYPES", "INT8_ROUTES", "QUANTIZATIONS", "CpuFeatures", "FbgemmInt8Projection", "Int8Projection",
-           "freed_memory_kept", "keep_freed_memory", "check_precision", "cpu_features", "cpu_has_vnni", "int8_route",
+           "freed_memory_kept", "keep_freed_memory", "check_precision", "cpu_features", "cpu_has_vnni", "cpuinfo", "int8_route",
            "prepare_for_inference", "quantize_int8", "linear_modules", "is_quantized", "output_rows", "torch_dtype"]

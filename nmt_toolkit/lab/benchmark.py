@@ -75,6 +75,7 @@ from modeling_dwlstm.paper_configs import MEMBER_PRESETS, PAPER_VOCAB_SIZE
 from modeling_dwlstm.paper_configs import SIZES as PAPER_SIZES
 from modeling_dwlstm.precision import (
     cpu_features,
+    cpuinfo,
     freed_memory_kept,
     int8_route,
     keep_freed_memory,
@@ -818,12 +819,9 @@ def timed_precisions(settings: BenchmarkSettings) -> tuple:
 
 def cpu_identity() -> dict:
     """The CPU's model name and its vector-instruction flags (AVX, AVX-512, AMX, VNNI, FMA), from /proc/cpuinfo."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
-    except OSError:
+    fields = cpuinfo()
+    if not fields:
         return {"cpu_model": None, "cpu_flags": None}
-    fields = dict(line.split(":", 1) for line in lines if ":" in line)
-    fields = {name.strip(): value.strip() for name, value in fields.items()}
     flags = sorted(flag for flag in fields.get("flags", "").split() if flag.startswith(("avx", "amx", "fma")) or "vnni" in flag)
     return {"cpu_model": fields.get("model name"), "cpu_flags": " ".join(flags)}
 
