@@ -4,14 +4,12 @@ new tokens, 2 threads, median of 3 after a warm-up), in a process of its own: wh
     PYTHONPATH=. python experiments/benchmark/decode_time.py dwlstm float32 int8 4    # member dtype quantize beams
 """
 
-import statistics
 import sys
-import time
 
 import torch
 
 from modeling_dwlstm.precision import prepare_for_inference
-from nmt_toolkit.lab.benchmark import build_model, generate_forced, random_batch
+from nmt_toolkit.lab.benchmark import build_model, generate_forced, interleaved_medians, random_batch
 
 
 def main(member: str, dtype: str, quantize: str, beams: int):
@@ -19,13 +17,9 @@ def main(member: str, dtype: str, quantize: str, beams: int):
     torch.manual_seed(0)
     model = prepare_for_inference(build_model(member, "base"), dtype, quantize)
     source = random_batch(32, 20, 1, 35603, seed=1)
-    generate_forced(model, source, beams, 24, "cpu")
-    seconds = []
-    for _ in range(3):
-        start = time.perf_counter()
-        generate_forced(model, source, beams, 24, "cpu")
-        seconds.append(time.perf_counter() - start)
-    print(f"{32 / statistics.median(seconds):.2f}")
+    decode = lambda: generate_forced(model, source, beams, 24, "cpu")  # noqa: E731
+    decode()  # warm-up
+    print(f"{32 / interleaved_medians({'decode': decode}, 3, 'cpu')['decode']:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,22 +1,22 @@
 """Beams sharing one copy of their sentence's encoder output (the default since 2026-11-27) against a copy per beam
 (transformers' own expansion), int8 base models, 32 sources of 20 tokens, 24 forced new tokens, beam 4: the two
-interleaved in one process (the order rotating), medians; with --profile, torch.profiler's top operators of one
+interleaved in one process (`interleaved_times`: the order rotating), medians; with --profile, torch.profiler's top operators of one
 decode of each instead.
 
     PYTHONPATH=. python experiments/benchmark/shared_encoder_ab.py THREADS REPEATS [--profile]
     # record: shared_encoder_ab.txt
 """
 
+import functools
 import statistics
 import sys
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 from transformers import GenerationMixin
 
 from modeling_dwlstm.modeling_translation import TranslationTransformerForConditionalGeneration as Model
-from nmt_toolkit.lab.benchmark import build_model, generate_forced, inference_copy, random_batch
+from nmt_toolkit.lab.benchmark import build_model, generate_forced, inference_copy, interleaved_times, random_batch
 
 SHARED = Model._expand_inputs_for_generation
 VARIANTS = {"copies": GenerationMixin._expand_inputs_for_generation, "shared": SHARED}
@@ -27,6 +27,11 @@ def use(variant: str):
     Model._expand_inputs_for_generation = VARIANTS[variant]
 
 
+def decode(model, source: dict, variant: str):
+    use(variant)
+    generate_forced(model, source, 4, 24, "cpu")
+
+
 def main(threads: int, repeats: int, profiled: bool):
     torch.set_num_threads(threads)
     source = random_batch(32, 20, 1, 35603, seed=1)
@@ -34,7 +39,7 @@ def main(threads: int, repeats: int, profiled: bool):
     for member in MEMBERS:
         torch.manual_seed(0)
         models[member] = inference_copy(build_model(member, "base").eval(), "int8")
-    outputs, times = {}, {}
+    outputs = {}
     for member, model in models.items():
         for variant in VARIANTS:  # warm-up, and the outputs to compare
             use(variant)
@@ -45,14 +50,9 @@ def main(threads: int, repeats: int, profiled: bool):
                 events = profiler.key_averages()
                 print(f"{member}, {variant}: {sum(event.self_cpu_time_total for event in events) / 1e6:.2f} s of operator time")
                 print(events.table(sort_by="self_cpu_time_total", row_limit=6, max_name_column_width=40))
-    for repeat in range(0 if profiled else repeats):
-        for member, model in models.items():
-            order = list(VARIANTS)[repeat % 2:] + list(VARIANTS)[:repeat % 2]
-            for variant in order:
-                use(variant)
-                start = time.perf_counter()
-                generate_forced(model, source, 4, 24, "cpu")
-                times.setdefault((member, variant), []).append(time.perf_counter() - start)
+    tasks = {(member, variant): functools.partial(decode, model, source, variant)
+             for member, model in models.items() for variant in VARIANTS}
+    times = interleaved_times(tasks, 0 if profiled else repeats, "cpu")
     use("shared")
     for member in MEMBERS:
         same = torch.equal(outputs[member, "copies"], outputs[member, "shared"])
