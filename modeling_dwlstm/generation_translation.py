@@ -12,8 +12,9 @@ same numbers, the same bookkeeping of hypotheses (its helpers are called). What 
     logits copied to a new float32 tensor              the output projection's float32 tensor itself
     log-softmax into a new tensor                      log-softmax in place
     length and suppression processors: new tensors     the same columns written in place
-    + beam scores into a new tensor                    + beam scores in place
-    top-k over beams x vocabulary (2 x beams kept)     the same top-k
+    + beam scores into a new tensor                    top-k of each beam's row over the maxima of
+    top-k over beams x vocabulary (2 x beams kept)       blocks of columns, + beam scores to those only,
+                                                         top-k over beams x (2 x beams)
     cache: keys and values copied every step           copied only when a beam moved; a static cache in place,
     (a static cache over its whole length)             over the positions filled so far
 
@@ -70,6 +71,7 @@ logger = logging.get_logger(__name__)
 
 SHORTLIST_FILE = "shortlist.safetensors"
 SHORTLIST_FORMAT = "modeling_dwlstm shortlist 1"
+TOPK_BLOCK = 64  # columns per block of `row_topk`
 # The generation-config entries this module adds (`generate(..., name=value)` sets them for one call).
 DECODING_OPTIONS = {"lean_decoding": True, "use_shortlist": False}
 
@@ -365,6 +367,46 @@ def reorder_cache(cache: EncoderDecoderCache, beam_idx: torch.Tensor) -> None:
             layer.reorder_cache(beam_idx)
 
 
+def row_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.topk(scores, k) of each row of `scores` (rows, columns): the same values in the same order, and the
+    same columns but among equal values (whose order torch.topk leaves unspecified). It reads
+    each row once for the maxima of its blocks of `block` columns, and looks for the k largest only in the k
+    blocks with the largest maxima, which hold them; torch.topk's CPU kernel is several times slower over a whole
+    vocabulary. Where -inf is among the k largest (ties the blocks cannot order) it is torch.topk itself."""
+    rows, width = scores.shape
+    block = TOPK_BLOCK
+    whole = width // block * block
+    if width // block < 2 * k:  # a short row: nothing to gain
+        return torch.topk(scores, k)
+    maxima = scores[:, :whole].view(rows, -1, block).amax(-1)  # (rows, width // block)
+    if whole < width:  # the last, shorter block
+        maxima = torch.cat([maxima, scores[:, whole:].amax(-1, keepdim=True)], dim=1)
+    blocks = torch.topk(maxima, k).indices  # (rows, k)
+    columns = (blocks[:, :, None] * block + torch.arange(block, device=scores.device)).flatten(1)  # (rows, k * block)
+    outside = columns >= width  # past the end of the last block
+    candidates = scores.gather(1, columns.clamp(max=width - 1)).masked_fill_(outside, -math.inf)
+    values, positions = torch.topk(candidates, k)
+    if values[:, -1].isneginf().any():
+        return torch.topk(scores, k)
+    return values, columns.gather(1, positions)
+
+
+def best_continuations(log_probs: torch.Tensor, beam_scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best (beam score + log-probability) of each sentence, over its beams x columns:
+    torch.topk((log_probs + beam_scores).view(sentences, -1), k), values and flat indices. Adding a beam's score
+    keeps the order of its row, so only each beam's k best columns are added to it and compared.
+    log_probs (sentences * beams, columns), beam_scores (sentences, beams)."""
+    sentences, beams = beam_scores.shape
+    columns = log_probs.shape[-1]
+    if columns < k:
+        return torch.topk((log_probs.view(sentences, beams, columns) + beam_scores[:, :, None]).view(sentences, -1), k)
+    values, indices = row_topk(log_probs, k)  # (sentences * beams, k)
+    totals = (values.view(sentences, beams, k) + beam_scores[:, :, None]).view(sentences, beams * k)
+    best, positions = torch.topk(totals, k)  # (sentences, k)
+    offsets = torch.arange(beams, device=indices.device)[:, None] * columns  # beam b's columns start at b * columns
+    return best, (indices.view(sentences, beams, k) + offsets).view(sentences, beams * k).gather(1, positions)
+
+
 # ---------------------------------------------------------------------------------------------
 # Greedy search
 # ---------------------------------------------------------------------------------------------
@@ -462,8 +504,7 @@ def lean_beam_search(model, input_ids, logits_processor, stopping_criteria, gene
         if all_scores is not None:
             all_scores += (full_vocabulary_scores(log_probs, columns, model.config.vocab_size).clone(),)
         columns_per_beam = log_probs.shape[-1]
-        log_probs.view(batch_size, num_beams, columns_per_beam).add_(running_beam_scores[:, :, None])
-        topk_log_probs, topk_indices = torch.topk(log_probs.view(batch_size, -1), k=beams_to_keep)  # (B, 2 x beams)
+        topk_log_probs, topk_indices = best_continuations(log_probs, running_beam_scores, beams_to_keep)  # (B, 2 x beams)
         del log_probs
 
         topk_current_beam_indices = topk_indices // columns_per_beam

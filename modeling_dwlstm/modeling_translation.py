@@ -260,6 +260,30 @@ def unfold_rows(states: torch.Tensor, rows_per_sentence: int) -> torch.Tensor:
     return states.unflatten(2, (rows_per_sentence, -1)).transpose(1, 2).flatten(0, 1)
 
 
+# At a decoding step (one new position per row) over a batch of many rows and heads, PyTorch's CPU SDPA kernel
+# costs more than its two matrix products: 1.3-2.9x the time of `decoding_step_attention` for 32-128 rows of
+# 8 heads on an AVX2 CPU, while for a few rows SDPA is faster (experiments/benchmark/decoding_attention.txt).
+DECODING_STEP_MIN_QUERIES = 256  # rows x heads from which a CPU decoding step uses `decoding_step_attention`
+
+
+def is_decoding_step(query: torch.Tensor, hidden_states: torch.Tensor) -> bool:
+    """One new position per decoder row, on the CPU, over enough rows x heads for the matrix products to win."""
+    return (hidden_states.shape[1] == 1 and query.device.type == "cpu"
+            and query.shape[0] * query.shape[1] >= DECODING_STEP_MIN_QUERIES)
+
+
+def decoding_step_attention(query, keys, values, attention_mask=None):
+    """softmax(Q K^T / sqrt(d_head)) V as two batched matrix products, the scores written in place; what SDPA
+    returns (0 for a row with every key masked). query (B, H, Tq, e), keys and values (B, H, Tk, e)."""
+    scores = torch.matmul(query, keys.transpose(-1, -2)).mul_(query.shape[-1] ** -0.5)  # (B, H, Tq, Tk)
+    if attention_mask is not None:
+        scores.masked_fill_(~attention_mask, -math.inf)
+    weights = torch.softmax(scores, dim=-1)
+    if attention_mask is not None:
+        weights.nan_to_num_(0.0)
+    return torch.matmul(weights, values)  # (B, H, Tq, e)
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention over `num_heads` heads (Vaswani et al. §3.2).
 
@@ -267,7 +291,8 @@ class MultiHeadAttention(nn.Module):
     keys/values in `past_key_values.self_attention_cache`; cross-attention projects keys and values
     of the encoder output with one matmul (`kv_proj`) once per generation and reuses them
     (`is_updated[layer_idx]`). SDPA computes the attention unless the model is set to "eager"
-    (`attn_implementation="eager"`) or the weights are asked for (`output_attentions`).
+    (`attn_implementation="eager"`) or the weights are asked for (`output_attentions`), or at a CPU decoding
+    step over many rows (`is_decoding_step`), where two matrix products are faster.
 
     Cross-attention keys of fewer rows than the queries belong to sentences whose consecutive decoder rows (beams)
     share them (`TranslationEncoderOutput.rows_per_sentence`): each sentence's queries attend as one sequence over
@@ -317,6 +342,9 @@ class MultiHeadAttention(nn.Module):
         dropout = self.dropout if self.training else 0.0
         if output_attentions or self.config._attn_implementation == "eager":  # SDPA does not return the weights
             attended, weights = self.eager_attention(query, keys, values, attention_mask, dropout)
+        elif dropout == 0.0 and is_decoding_step(query, hidden_states):
+            weights = None
+            attended = decoding_step_attention(query, keys, values, attention_mask)
         else:
             weights = None
             attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=attention_mask, dropout_p=dropout)

@@ -223,10 +223,8 @@ class Int8Projection:
         scale = rows.abs().amax(dim=1, keepdim=True).float().clamp_(min=SMALLEST_SCALE) / self.activation_range  # (N, 1)
         quantized = (rows / scale).round_().to(torch.int8)  # (N, in)
         # The int32 product is rescaled into a float32 tensor in one pass (int32 * float32 promotes to float32).
-        output = torch.mul(torch._int_mm(quantized, self.weight.t()), self.weight_scale).mul_(scale)  # (N, out)
-        if self.bias is not None:
-            output += self.bias
-        return output.to(input.dtype).unflatten(0, input.shape[:-1])
+        output = torch.mul(torch._int_mm(quantized, self.weight.t()), self.weight_scale)  # (N, out)
+        return rescaled(output, scale, self.bias).to(input.dtype).unflatten(0, input.shape[:-1])
 
 
 class FbgemmInt8Projection(Int8Projection):
@@ -242,11 +240,18 @@ class FbgemmInt8Projection(Int8Projection):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         rows = input.reshape(-1, self.in_features).float()  # (N, in)
         scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=SMALLEST_SCALE)  # (N, 1)
-        pinned = torch.cat([rows / scale, self.range_rows])  # (N + 2, in), values in [-1, 1], both ends present
-        output = torch.ops.quantized.linear_dynamic(pinned, self.packed_weight, True)[:-2].mul_(scale)  # (N, out)
-        if self.bias is not None:
-            output += self.bias
-        return output.to(input.dtype).unflatten(0, input.shape[:-1])
+        pinned = rows.new_empty(rows.shape[0] + 2, self.in_features)  # (N + 2, in), values in [-1, 1], both ends present
+        torch.div(rows, scale, out=pinned[:-2])  # written in place: a torch.cat would pass over the rows again
+        pinned[-2:] = self.range_rows
+        output = torch.ops.quantized.linear_dynamic(pinned, self.packed_weight, True)[:-2]  # (N, out)
+        return rescaled(output, scale, self.bias).to(input.dtype).unflatten(0, input.shape[:-1])
+
+
+def rescaled(output: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """output * scale + bias, in place in `output` and in one pass when there is a bias (`torch.addcmul`)."""
+    if bias is None:
+        return output.mul_(scale)
+    return torch.addcmul(bias, output, scale, out=output)
 
 
 @functools.cache

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -9,12 +10,13 @@ import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import CASES, WITHOUT_PACKAGE, random_ids, tiny_model
 from transformers import AutoModelForSeq2SeqLM, GenerationMixin, LogitsProcessor, LogitsProcessorList, TextStreamer
 
-from modeling_dwlstm import generation_translation
+from modeling_dwlstm import generation_translation, modeling_translation
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist, ShortlistLogitsMask
-from modeling_dwlstm.modeling_translation import TranslationTransformerForConditionalGeneration
+from modeling_dwlstm.modeling_translation import TranslationTransformerForConditionalGeneration, decoding_step_attention
 from modeling_dwlstm.precision import output_rows, prepare_for_inference, quantize_int8
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -94,6 +96,104 @@ def test_the_loop_decodes_what_transformers_loop_decodes(case, num_beams, cache_
     assert_same_output(*both_loops(model, **settings))
     assert_same_output(*both_loops(model, **settings, return_dict_in_generate=True, output_scores=True))
     assert lean_calls["greedy" if num_beams == 1 else "beam"] == 2
+
+
+@pytest.fixture
+def small_topk_blocks(monkeypatch):
+    """`row_topk` over blocks of 3 columns, so that the tiny vocabulary (40: 13 blocks and a last one of 1) takes its
+    block path, as a real vocabulary does with the default blocks."""
+    monkeypatch.setattr(generation_translation, "TOPK_BLOCK", 3)
+
+
+@pytest.mark.parametrize("case", ["dwlstm", "residual-pre"])
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+@pytest.mark.parametrize("settings", [dict(), dict(forced_eos_token_id=EOS), dict(suppress_tokens=[7, 8, 39])])
+def test_beam_search_over_blocks_of_columns_decodes_what_transformers_loop_decodes(case, cache_implementation, settings,
+                                                                                 small_topk_blocks, lean_calls):
+    """The top-k of each beam's row over blocks of columns, the forced end of sentence (rows of -inf) and suppressed
+    columns (in the last, shorter block) included: the same output as transformers' top-k over beams x vocabulary."""
+    model = eos_prone(tiny_model(case))
+    settings = dict(num_beams=3, max_new_tokens=7, cache_implementation=cache_implementation, **settings)
+    assert_same_output(*both_loops(model, **settings, return_dict_in_generate=True, output_scores=True))
+    assert lean_calls["beam"] == 1
+
+
+@pytest.mark.parametrize("width, k", [(1000, 4), (35603, 8), (640, 10), (100, 8)])
+def test_row_topk_is_torch_topk(width, k):
+    """The values and columns of torch.topk (no ties among random scores), whatever block holds the largest ones:
+    the last, shorter block, one block holding all k, a row too short for blocks."""
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(6, width, generator=generator).log_softmax(-1)
+    scores[1, -(width % 64 or 64):] += 30  # the k largest in the last block
+    scores[2, 128:128 + k] += 30  # all k in one block
+    values, columns = generation_translation.row_topk(scores, k)
+    expected = torch.topk(scores, k)
+    assert torch.equal(values, expected.values) and torch.equal(columns, expected.indices)
+
+
+def test_row_topk_with_minus_infinity_among_the_best_is_torch_topk():
+    """A row forced to one token (-inf elsewhere) has -inf among its k largest: the values are torch.topk's, and the
+    columns are in range (the blocks past the end are never returned)."""
+    scores = torch.randn(3, 1000).log_softmax(-1)
+    scores[0] = -math.inf
+    scores[0, 999] = 0.0
+    scores[1, :990] = -math.inf
+    values, columns = generation_translation.row_topk(scores, 16)
+    expected = torch.topk(scores, 16)
+    assert torch.equal(values, expected.values) and bool((columns < 1000).all())
+    assert torch.equal(scores.gather(1, columns), values)
+
+
+def test_best_continuations_are_the_top_k_over_beams_times_columns():
+    """(beam score + log-probability) over each sentence's beams x columns: the values and flat indices of
+    torch.topk over the sums, the first step's -1e9 beams included."""
+    generator = torch.Generator().manual_seed(0)
+    log_probs = torch.randn(4 * 3, 2000, generator=generator).log_softmax(-1)
+    beam_scores = torch.randn(4, 3, generator=generator)
+    beam_scores[0, 1:] = -1e9
+    values, indices = generation_translation.best_continuations(log_probs, beam_scores, 6)
+    expected = torch.topk((log_probs.view(4, 3, -1) + beam_scores[:, :, None]).view(4, -1), 6)
+    assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
+    few_columns = log_probs[:, :4]  # fewer columns than k: the sums themselves
+    expected = torch.topk((few_columns.view(4, 3, -1) + beam_scores[:, :, None]).view(4, -1), 6)
+    assert torch.equal(generation_translation.best_continuations(few_columns.contiguous(), beam_scores, 6)[0],
+                      expected.values)
+
+
+# --- Attention at a decoding step ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("queries", [1, 4])
+def test_decoding_step_attention_is_sdpa(queries):
+    """softmax(QK^T / sqrt(d)) V by two matrix products equals SDPA, with and without a padding mask, a row with
+    every key masked giving 0 as SDPA gives."""
+    generator = torch.Generator().manual_seed(0)
+    query, keys, values = (torch.randn(3, 2, length, 8, generator=generator) for length in (queries, 5, 5))
+    mask = torch.ones(3, 1, 1, 5, dtype=torch.bool)
+    mask[1, ..., 3:] = False
+    mask[2] = False
+    for attention_mask in (None, mask):
+        expected = F.scaled_dot_product_attention(query, keys, values, attn_mask=attention_mask)
+        torch.testing.assert_close(decoding_step_attention(query, keys, values, attention_mask), expected)
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES)
+def test_decoding_steps_over_many_rows_use_the_matrix_products_and_decode_the_same(case, monkeypatch):
+    """With the threshold at 0 every decoding step takes `decoding_step_attention` (counted), and the output is SDPA's
+    to rounding: the same tokens, the same scores within 1e-5."""
+    model = eos_prone(tiny_model(case))
+    settings = dict(input_ids=SOURCES, attention_mask=MASK, num_beams=3, max_new_tokens=7, return_dict_in_generate=True,
+                    output_scores=True)
+    monkeypatch.setattr(modeling_translation, "DECODING_STEP_MIN_QUERIES", 10**9)
+    with_sdpa = model.generate(**settings)
+    calls = []
+    original = modeling_translation.decoding_step_attention
+    monkeypatch.setattr(modeling_translation, "decoding_step_attention", lambda *args: calls.append(1) or original(*args))
+    monkeypatch.setattr(modeling_translation, "DECODING_STEP_MIN_QUERIES", 0)
+    with_products = model.generate(**settings)
+    assert len(calls) >= 6 * model.config.decoder_layers  # self- and cross-attention at every step
+    assert torch.equal(with_products.sequences, with_sdpa.sequences)
+    torch.testing.assert_close(with_products.sequences_scores, with_sdpa.sequences_scores, atol=1e-5, rtol=1e-5)
 
 
 @pytest.fixture

@@ -152,6 +152,23 @@ def test_fbgemm_int8_product_is_the_float_product_within_int8_error():
     assert torch.equal(linear(loud)[:1], alone)  # a large neighbour changes nothing
 
 
+@pytest.mark.parametrize("route", ["int_mm", "fbgemm"])
+def test_an_int8_projection_without_a_bias_or_with_a_bfloat16_one_is_rescaled_the_same(route):
+    """The rescaling (`precision.rescaled`) with no bias equals the one with a zero bias, and a bfloat16 bias (a
+    model cast to bfloat16, then quantised) is added in float32, as a float32 one is."""
+    torch.manual_seed(0)
+    with_bias, inputs = nn.Linear(32, 24), torch.randn(4, 32)
+    without = nn.Linear(32, 24, bias=False)
+    with torch.no_grad():
+        without.weight.copy_(with_bias.weight)
+        with_bias.bias.zero_()
+    bfloat16_bias = copy.deepcopy(with_bias)
+    bfloat16_bias.bias.data = bfloat16_bias.bias.data.bfloat16()
+    outputs = [quantize_int8(module.eval(), route=route)(inputs) for module in (with_bias, without, bfloat16_bias)]
+    assert torch.equal(outputs[0], outputs[1]) and torch.equal(outputs[0], outputs[2])
+    assert outputs[2].dtype == torch.float32
+
+
 AVX512_FLAGS = "flags : fpu avx2 avx512f avx512_vnni avx512_bf16 amx_int8 amx_bf16"
 
 
