@@ -14,7 +14,8 @@ same numbers, the same bookkeeping of hypotheses (its helpers are called). What 
     length and suppression processors: new tensors     the same columns written in place
     + beam scores into a new tensor                    top-k of each beam's row over the maxima of
     top-k over beams x vocabulary (2 x beams kept)       blocks of columns, + beam scores to those only,
-                                                         top-k over beams x (2 x beams)
+                                                         top-k over beams x (2 x beams + 1); where
+                                                         two are equal, transformers' computation
     cache: keys and values copied every step           copied only when a beam moved; a static cache in place,
     (a static cache over its whole length)             over the positions filled so far
 
@@ -394,17 +395,20 @@ def row_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 def best_continuations(log_probs: torch.Tensor, beam_scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The k best (beam score + log-probability) of each sentence, over its beams x columns:
     torch.topk((log_probs + beam_scores).view(sentences, -1), k), values and flat indices. Adding a beam's score
-    keeps the order of its row, so only each beam's k best columns are added to it and compared.
-    log_probs (sentences * beams, columns), beam_scores (sentences, beams)."""
+    keeps the order of its row, so only each beam's k + 1 best columns are added to it and compared. Where two of a
+    sentence's k + 1 best are equal (bfloat16 logits, -inf), which of them comes first is torch.topk's to say: the
+    step is then that computation itself. log_probs (sentences * beams, columns), beam_scores (sentences, beams)."""
     sentences, beams = beam_scores.shape
     columns = log_probs.shape[-1]
-    if columns < k:
-        return torch.topk((log_probs.view(sentences, beams, columns) + beam_scores[:, :, None]).view(sentences, -1), k)
-    values, indices = row_topk(log_probs, k)  # (sentences * beams, k)
-    totals = (values.view(sentences, beams, k) + beam_scores[:, :, None]).view(sentences, beams * k)
-    best, positions = torch.topk(totals, k)  # (sentences, k)
-    offsets = torch.arange(beams, device=indices.device)[:, None] * columns  # beam b's columns start at b * columns
-    return best, (indices.view(sentences, beams, k) + offsets).view(sentences, beams * k).gather(1, positions)
+    if columns > k:
+        values, indices = row_topk(log_probs, k + 1)  # (sentences * beams, k + 1)
+        totals = (values.view(sentences, beams, k + 1) + beam_scores[:, :, None]).view(sentences, -1)
+        best, positions = torch.topk(totals, k + 1)  # (sentences, k + 1)
+        if bool((best[:, :-1] > best[:, 1:]).all()):  # no ties: one order, torch.topk's
+            offsets = torch.arange(beams, device=indices.device)[:, None] * columns  # beam b's columns start there
+            flat = (indices.view(sentences, beams, k + 1) + offsets).view(sentences, -1).gather(1, positions)
+            return best[:, :k], flat[:, :k]
+    return torch.topk((log_probs.view(sentences, beams, columns) + beam_scores[:, :, None]).view(sentences, -1), k)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -248,9 +248,12 @@ class FbgemmInt8Projection(Int8Projection):
 
 
 def rescaled(output: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """output * scale + bias, in place in `output` and in one pass when there is a bias (`torch.addcmul`)."""
+    """output * scale + bias in one pass (`torch.addcmul`), in place in `output` unless the bias is being trained
+    (autograd does not follow out=): the same numbers either way."""
     if bias is None:
         return output.mul_(scale)
+    if bias.requires_grad and torch.is_grad_enabled():
+        return torch.addcmul(bias, output, scale)
     return torch.addcmul(bias, output, scale, out=output)
 
 

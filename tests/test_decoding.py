@@ -154,6 +154,10 @@ def test_best_continuations_are_the_top_k_over_beams_times_columns():
     values, indices = generation_translation.best_continuations(log_probs, beam_scores, 6)
     expected = torch.topk((log_probs.view(4, 3, -1) + beam_scores[:, :, None]).view(4, -1), 6)
     assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
+    tied = log_probs.bfloat16().float()  # bfloat16 logits: equal scores among the best, ordered by torch.topk itself
+    expected = torch.topk((tied.view(4, 3, -1) + beam_scores[:, :, None]).view(4, -1), 6)
+    values, indices = generation_translation.best_continuations(tied, beam_scores, 6)
+    assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
     few_columns = log_probs[:, :4]  # fewer columns than k: the sums themselves
     expected = torch.topk((few_columns.view(4, 3, -1) + beam_scores[:, :, None]).view(4, -1), 6)
     assert torch.equal(generation_translation.best_continuations(few_columns.contiguous(), beam_scores, 6)[0],

@@ -1,0 +1,78 @@
+"""The decoding step of 2026-11-27 (third pass) against the one before it, int8 base models (fbgemm's route on an
+AVX2 CPU), 32 sources of 20 tokens, 24 forced new tokens, beam 4 and greedy, interleaved in one process
+(`interleaved_times`: the order rotating), medians. "before" puts the three earlier pieces back:
+
+- beam search's top-k over beams x vocabulary after adding the beam scores to every column (now
+  `generation_translation.best_continuations`: each beam's top-k over blocks of columns, `row_topk`);
+- SDPA at every decoding step (now `decoding_step_attention` over 256 rows x heads and more);
+- fbgemm's input built by torch.cat and its output rescaled, then the bias added (now written in place, and
+  `precision.rescaled` in one pass).
+
+    PYTHONPATH=. python experiments/benchmark/decoding_step_ab.py THREADS REPEATS
+    # record: decoding_step_ab.txt
+"""
+
+import statistics
+import sys
+
+import torch
+
+from modeling_dwlstm import generation_translation, modeling_translation, precision
+from nmt_toolkit.lab.benchmark import build_model, generate_forced, inference_copy, interleaved_times, random_batch
+
+MEMBERS = ("dwlstm", "residual-prenorm")
+
+
+def topk_over_beams_times_vocabulary(log_probs, beam_scores, k):
+    sentences, beams = beam_scores.shape
+    log_probs.view(sentences, beams, -1).add_(beam_scores[:, :, None])
+    return torch.topk(log_probs.view(sentences, -1), k)
+
+
+def fbgemm_forward_with_cat(self, input):
+    rows = input.reshape(-1, self.in_features).float()
+    scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=precision.SMALLEST_SCALE)
+    pinned = torch.cat([rows / scale, self.range_rows])
+    output = torch.ops.quantized.linear_dynamic(pinned, self.packed_weight, True)[:-2].mul_(scale)
+    if self.bias is not None:
+        output += self.bias
+    return output.to(input.dtype).unflatten(0, input.shape[:-1])
+
+
+NOW = {"best_continuations": generation_translation.best_continuations,
+       "DECODING_STEP_MIN_QUERIES": modeling_translation.DECODING_STEP_MIN_QUERIES,
+       "forward": precision.FbgemmInt8Projection.forward}
+BEFORE = {"best_continuations": topk_over_beams_times_vocabulary, "DECODING_STEP_MIN_QUERIES": 10**12,
+          "forward": fbgemm_forward_with_cat}
+
+
+def use(pieces: dict):
+    generation_translation.best_continuations = pieces["best_continuations"]
+    modeling_translation.DECODING_STEP_MIN_QUERIES = pieces["DECODING_STEP_MIN_QUERIES"]
+    precision.FbgemmInt8Projection.forward = pieces["forward"]
+
+
+def main(threads: int, repeats: int):
+    torch.set_num_threads(threads)
+    source = random_batch(32, 20, 1, 35603, seed=1)
+    tasks = {}
+    for member in MEMBERS:
+        torch.manual_seed(0)
+        model = inference_copy(build_model(member, "base").eval(), "int8")
+        for beams in (4, 1):
+            for name, pieces in (("before", BEFORE), ("now", NOW)):
+                tasks[member, beams, name] = (
+                    lambda m=model, b=beams, p=pieces: (use(p), generate_forced(m, source, b, 24, "cpu"))[1])
+    outputs = {key: task() for key, task in tasks.items()}  # also the warm-up
+    times = interleaved_times(tasks, repeats, "cpu")
+    for member in MEMBERS:
+        for beams in (4, 1):
+            before, now = (statistics.median(times[member, beams, name]) for name in ("before", "now"))
+            same = torch.equal(outputs[member, beams, "before"], outputs[member, beams, "now"])
+            print(f"{member} int8 {'beam 4' if beams == 4 else 'greedy'}, {threads} thread(s): before {before:.3f} s, "
+                  f"now {now:.3f} s ({before / now:.3f}x); the same tokens {same}; runs before "
+                  f"{[round(t, 2) for t in times[member, beams, 'before']]}, now {[round(t, 2) for t in times[member, beams, 'now']]}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))
