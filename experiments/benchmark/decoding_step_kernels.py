@@ -12,6 +12,7 @@
     # record: decoding_step_kernels.txt
 """
 
+import functools
 import statistics
 import sys
 import time
@@ -63,8 +64,8 @@ def attention():
     for rows, queries, keys in ((1, 1, 12), (8, 1, 12), (32, 1, 20), (128, 1, 6), (128, 1, 12), (128, 1, 24),
                                 (32, 4, 20)):
         query, key, value = (torch.randn(rows, 8, length, 64) for length in (queries, keys, keys))
-        times = medians({"sdpa": lambda: F.scaled_dot_product_attention(query, key, value),
-                         "products": lambda: decoding_step_attention(query, key, value)})
+        times = medians({"sdpa": functools.partial(F.scaled_dot_product_attention, query, key, value),
+                         "products": functools.partial(decoding_step_attention, query, key, value)})
         print(f"  {rows} rows x 8 heads, {queries} quer{'y' if queries == 1 else 'ies'} over {keys} keys: SDPA "
               f"{times['sdpa'] * 1e3:.0f} us, decoding_step_attention {times['products'] * 1e3:.0f} us "
               f"({times['sdpa'] / times['products']:.2f}x)")
@@ -74,7 +75,8 @@ def fbgemm_projection():
     for inputs, outputs in ((512, 512), (512, 1536), (2048, 512), (512, 35603)):
         linear = quantize_int8(nn.Sequential(nn.Linear(inputs, outputs)), route="fbgemm")[0]
         x = torch.randn(128, 1, inputs)
-        times = medians({"cat": lambda: fbgemm_forward_with_cat(linear, x), "now": lambda: linear(x)})
+        times = medians({"cat": functools.partial(fbgemm_forward_with_cat, linear, x),
+                         "now": functools.partial(linear, x)})
         print(f"  128 rows, {inputs} -> {outputs}: torch.cat and a bias pass {times['cat'] * 1e3:.0f} us, now "
               f"{times['now'] * 1e3:.0f} us ({times['cat'] / times['now']:.2f}x)")
 
