@@ -8,7 +8,9 @@ AVX2 CPU), 32 sources of 20 tokens, 24 forced new tokens, beam 4 and greedy, int
 - fbgemm's input built by torch.cat and its output rescaled, then the bias added (now written in place, and
   `precision.rescaled` in one pass).
 
-    PYTHONPATH=. python experiments/benchmark/decoding_step_ab.py THREADS REPEATS
+With --profile, torch.profiler's top operators of one beam-4 decode of each instead, twice, alternating.
+
+    PYTHONPATH=. python experiments/benchmark/decoding_step_ab.py THREADS REPEATS [--profile]
     # record: decoding_step_ab.txt
 """
 
@@ -16,6 +18,7 @@ import statistics
 import sys
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from modeling_dwlstm import generation_translation, modeling_translation, precision
 from nmt_toolkit.lab.benchmark import build_model, generate_forced, inference_copy, interleaved_times, random_batch
@@ -52,9 +55,28 @@ def use(pieces: dict):
     precision.FbgemmInt8Projection.forward = pieces["forward"]
 
 
-def main(threads: int, repeats: int):
+def profiled(member: str, source: dict, rounds: int = 2):
+    torch.manual_seed(0)
+    model = inference_copy(build_model(member, "base").eval(), "int8")
+    for _ in range(rounds):
+        for name, pieces in (("before", BEFORE), ("now", NOW)):
+            use(pieces)
+            generate_forced(model, source, 4, 24, "cpu")
+            with profile(activities=[ProfilerActivity.CPU]) as profiler:
+                generate_forced(model, source, 4, 24, "cpu")
+            events = sorted(profiler.key_averages(), key=lambda event: -event.self_cpu_time_total)
+            total = sum(event.self_cpu_time_total for event in events) / 1e6
+            print(f"{member}, {name}: {total:.2f} s of operator time; " + ", ".join(
+                f"{event.key.split('::')[-1]} {event.self_cpu_time_total / 1e6:.3f} s ({event.count})" for event in events[:9]))
+
+
+def main(threads: int, repeats: int, profile_only: bool = False):
     torch.set_num_threads(threads)
     source = random_batch(32, 20, 1, 35603, seed=1)
+    if profile_only:
+        for member in MEMBERS:
+            profiled(member, source)
+        return
     tasks = {}
     for member in MEMBERS:
         torch.manual_seed(0)
@@ -75,4 +97,4 @@ def main(threads: int, repeats: int):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(int(sys.argv[1]), int(sys.argv[2]), "--profile" in sys.argv[3:])
