@@ -397,7 +397,8 @@ def best_continuations(log_probs: torch.Tensor, beam_scores: torch.Tensor, k: in
     torch.topk((log_probs + beam_scores).view(sentences, -1), k), values and flat indices. Adding a beam's score
     keeps the order of its row, so only each beam's k + 1 best columns are added to it and compared. Where two of a
     sentence's k + 1 best are equal (bfloat16 logits, -inf), which of them comes first is torch.topk's to say: the
-    step is then that computation itself. log_probs (sentences * beams, columns), beam_scores (sentences, beams)."""
+    step is then that computation itself, the beam scores added in place into `log_probs` (the loop's own tensor).
+    log_probs (sentences * beams, columns), beam_scores (sentences, beams)."""
     sentences, beams = beam_scores.shape
     columns = log_probs.shape[-1]
     if columns > k:
@@ -408,7 +409,8 @@ def best_continuations(log_probs: torch.Tensor, beam_scores: torch.Tensor, k: in
             offsets = torch.arange(beams, device=indices.device)[:, None] * columns  # beam b's columns start there
             flat = (indices.view(sentences, beams, k + 1) + offsets).view(sentences, -1).gather(1, positions)
             return best[:, :k], flat[:, :k]
-    return torch.topk((log_probs.view(sentences, beams, columns) + beam_scores[:, :, None]).view(sentences, -1), k)
+    log_probs.view(sentences, beams, columns).add_(beam_scores[:, :, None])
+    return torch.topk(log_probs.view(sentences, -1), k)
 
 
 # ---------------------------------------------------------------------------------------------

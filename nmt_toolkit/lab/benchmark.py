@@ -838,8 +838,8 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
     settings.check()
     if settings.device == "cpu":
         torch.set_num_threads(settings.threads)
-    if settings.device == "cpu" and settings.keep_freed_memory:  # before any row: every row, float32 too, runs with it
-        keep_freed_memory()
+        if settings.keep_freed_memory:  # before any row: every row, float32 too, runs with it
+            keep_freed_memory()
     dtype = torch.bfloat16 if settings.device == "cuda" else torch.float32
     report = {
         "settings": asdict(settings),
