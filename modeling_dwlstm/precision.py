@@ -58,6 +58,11 @@ QUANTIZATIONS = ("none", "int8")
 OUTPUT_PROJECTION = "lm_head"
 SMALLEST_SCALE = 1e-12  # an all-zero row (a padded position) quantises to zeros instead of dividing by zero
 INT8_ROUTES = ("int_mm", "fbgemm")
+# fbgemm's (scale, zero point) for inputs in [-1, 1], as its dynamic quantisation (`quantized::linear_dynamic`,
+# reduce_range) chooses them for that range; given, so that fbgemm skips its pass over the input for the range.
+# Inputs quantise to 0..128 (+1 rounds up to 128): against weights within +-127 a pair of AVX2 multiply-adds
+# stays inside int16 (2 x 128 x 127 = 32,512).
+UNIT_RANGE_QUANTIZATION = (2 / 127, 64)
 
 
 @dataclass(frozen=True)
@@ -228,11 +233,11 @@ class Int8Projection:
 
 
 class FbgemmInt8Projection(Int8Projection):
-    """The same W8A8 product through fbgemm's dynamic quantised linear (the "fbgemm" route, for CPUs without int8
-    dot products), which quantises its input with one scale for the whole batch. To keep a scale per token (so
-    that a sentence translates the same alone or in any batch), each row is divided by its own max |x_t| first and
-    two rows of +1 and -1 are appended, which pin the batch's range to [-1, 1]; the product is rescaled by
-    max |x_t| after. Activations use 7 bits (`reduce_range`) so that AVX2's multiply-add pairs cannot saturate int16:
+    """The same W8A8 product through fbgemm's int8 linear (the "fbgemm" route, for CPUs without int8 dot
+    products), which quantises its input with one scale for the whole batch. To keep a scale per token (so that a
+    sentence translates the same alone or in any batch), each row is divided by its own max |x_t| first, so that
+    every batch lies in [-1, 1]; fbgemm quantises that range with the fixed `UNIT_RANGE_QUANTIZATION` (about 7 bits,
+    so that AVX2's multiply-add pairs cannot saturate int16) and the product is rescaled by max |x_t| after:
 
         s_t = max|x_t|      y_t = fbgemm(x_t / s_t) * s_t + b
     """
@@ -240,10 +245,8 @@ class FbgemmInt8Projection(Int8Projection):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         rows = input.reshape(-1, self.in_features).float()  # (N, in)
         scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=SMALLEST_SCALE)  # (N, 1)
-        pinned = rows.new_empty(rows.shape[0] + 2, self.in_features)  # (N + 2, in), values in [-1, 1], both ends present
-        torch.div(rows, scale, out=pinned[:-2])  # written in place: a torch.cat would pass over the rows again
-        pinned[-2:] = self.range_rows
-        output = torch.ops.quantized.linear_dynamic(pinned, self.packed_weight, True)[:-2]  # (N, out)
+        output = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+            rows / scale, *UNIT_RANGE_QUANTIZATION, self.packed_weight)  # (N, out), float32
         return rescaled(output, scale, self.bias).to(input.dtype).unflatten(0, input.shape[:-1])
 
 
@@ -282,7 +285,6 @@ def quantize_int8(model: nn.Module, output_projection: bool = True, route: str |
             quantized = (weight / scale[:, None]).round().to(torch.int8)
             if route == "fbgemm":
                 module.packed_weight = _fbgemm_pack(quantized, scale)
-                module.range_rows = torch.tensor([[1.0], [-1.0]]).expand(2, module.in_features).contiguous()
             # A new parameter: a tied output projection unties, the embedding keeps its float weights.
             module.weight = nn.Parameter(quantized, requires_grad=False)
             module.register_buffer("weight_scale", scale, persistent=False)
@@ -322,7 +324,6 @@ def output_rows(linear: nn.Linear, rows: torch.Tensor) -> nn.Linear:
         restricted.activation_range = linear.activation_range
     if isinstance(linear, FbgemmInt8Projection):
         restricted.packed_weight = _fbgemm_pack(restricted.weight, restricted.weight_scale)
-        restricted.range_rows = linear.range_rows
     return restricted.eval()
 
 

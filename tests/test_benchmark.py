@@ -337,7 +337,7 @@ def test_every_target_is_checked_on_a_hand_made_report(gain, verdict):
     assert [check["ratio"] for check in gains] == pytest.approx([1.25, 1.2, 1.25, 1.2])  # ours, CTranslate2's; per search
     table = format_report(report)
     assert f"| >= 1.30x | {2 * gain:.2f}x | dwlstm int8 (fbgemm route) / float32 | {verdict.replace('missed', 'MISSED')} |" in table
-    assert f"| >= 60% | {0.55 * gain:.0%} | quantized::linear_dynamic / one beam-4 generate()" in table
+    assert f"| >= 60% | {0.55 * gain:.0%} | {INT8_GEMM_OPS['fbgemm']} / one beam-4 generate()" in table
 
 
 def test_bfloat16_targets_are_refused_where_the_cpu_refuses_bfloat16():

@@ -48,7 +48,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 MEMBER_CASES = [next(case for case, (config_class, _) in CASES.items() if config_class is member.config_class)
                 for member in MEMBERS]
 DWLSTM_CASES = ["dwlstm-glu-global-gates-shared-hidden-concat", "dwlstm-ffn-none-gates-own-hidden-add", "dwlstm-two-lstm"]
-INT8_KERNELS = (torch._int_mm, torch.ops.quantized.linear_dynamic)  # the two routes' int8 products
+INT8_KERNELS = (torch._int_mm, torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32)  # the two routes' int8 products
 INT8_MIXINS = {"int_mm": precision.Int8Projection, "fbgemm": precision.FbgemmInt8Projection}
 
 
@@ -150,6 +150,28 @@ def test_fbgemm_int8_product_is_the_float_product_within_int8_error():
     assert linear(inputs.bfloat16()).dtype == torch.bfloat16
     alone, loud = linear(inputs[1:2]), torch.cat([inputs[1:2], 100 * torch.randn(1, 5, 64)])
     assert torch.equal(linear(loud)[:1], alone)  # a large neighbour changes nothing
+
+
+def test_fbgemm_int8_product_is_the_7_bit_arithmetic_and_fbgemms_own_dynamic_quantisation():
+    """The fbgemm route computes exactly ((q_t - 64) @ W_q^T) (2/127) s_W s_t + b with q_t = round(x_t / s_t / (2/127))
+    + 64 in 0..128 (per token; +1 rounds to 128); and its fixed quantisation is the one fbgemm's dynamic linear
+    chooses for rows pinned to [-1, 1], so both give the same floats."""
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 40)
+    inputs = torch.randn(6, 64)
+    inputs[0] = 0
+    quantize_int8(linear.eval(), route="fbgemm")
+    output = linear(inputs)
+    rows = inputs.double()
+    scale = rows.abs().amax(1, keepdim=True).clamp(min=1e-12)
+    step, zero_point = precision.UNIT_RANGE_QUANTIZATION
+    quantized = ((rows / scale / step).round() + zero_point).clamp(0, 255) - zero_point
+    weight_scale = linear.weight_scale.double()
+    expected = (quantized @ linear.weight.double().t()) * step * weight_scale * scale + linear.bias.double()
+    torch.testing.assert_close(output.double(), expected, rtol=1e-5, atol=1e-5)
+    pinned = torch.cat([(inputs / scale.float()), torch.tensor([[1.0], [-1.0]]).expand(2, 64)])
+    dynamic = torch.ops.quantized.linear_dynamic(pinned, linear.packed_weight, True)[:-2]
+    assert torch.equal(output, torch.addcmul(linear.bias.detach(), dynamic, scale.float()))
 
 
 @pytest.mark.parametrize("route", ["int_mm", "fbgemm"])

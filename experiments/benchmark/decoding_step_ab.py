@@ -14,6 +14,7 @@ With --profile, torch.profiler's top operators of one beam-4 decode of each inst
     # record: decoding_step_ab.txt
 """
 
+import functools
 import statistics
 import sys
 
@@ -32,10 +33,16 @@ def topk_over_beams_times_vocabulary(log_probs, beam_scores, k):
     return torch.topk(log_probs.view(sentences, -1), k)
 
 
+@functools.cache
+def range_rows(in_features: int) -> torch.Tensor:
+    """The two rows of +1 and -1 that pinned fbgemm's dynamic range to [-1, 1] before 2026-11-28."""
+    return torch.tensor([[1.0], [-1.0]]).expand(2, in_features).contiguous()
+
+
 def fbgemm_forward_with_cat(self, input):
     rows = input.reshape(-1, self.in_features).float()
     scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=precision.SMALLEST_SCALE)
-    pinned = torch.cat([rows / scale, self.range_rows])
+    pinned = torch.cat([rows / scale, range_rows(self.in_features)])
     output = torch.ops.quantized.linear_dynamic(pinned, self.packed_weight, True)[:-2].mul_(scale)
     if self.bias is not None:
         output += self.bias
@@ -85,15 +92,20 @@ def main(threads: int, repeats: int, profile_only: bool = False):
             for name, pieces in (("before", BEFORE), ("now", NOW)):
                 tasks[member, beams, name] = (
                     lambda m=model, b=beams, p=pieces: (use(p), generate_forced(m, source, b, 24, "cpu"))[1])
+    print_before_now(tasks, repeats, threads)
+
+
+def print_before_now(tasks: dict, repeats: int, threads: int):
+    """Run `tasks` ({(member, beams, "before" or "now"): decode}) once each, then interleaved, and print each pair's
+    medians, their ratio and whether they gave the same tokens."""
     outputs = {key: task() for key, task in tasks.items()}  # also the warm-up
     times = interleaved_times(tasks, repeats, "cpu")
-    for member in MEMBERS:
-        for beams in (4, 1):
-            before, now = (statistics.median(times[member, beams, name]) for name in ("before", "now"))
-            same = torch.equal(outputs[member, beams, "before"], outputs[member, beams, "now"])
-            print(f"{member} int8 {'beam 4' if beams == 4 else 'greedy'}, {threads} thread(s): before {before:.3f} s, "
-                  f"now {now:.3f} s ({before / now:.3f}x); the same tokens {same}; runs before "
-                  f"{[round(t, 2) for t in times[member, beams, 'before']]}, now {[round(t, 2) for t in times[member, beams, 'now']]}")
+    for member, beams in dict.fromkeys(key[:2] for key in tasks):
+        before, now = (statistics.median(times[member, beams, name]) for name in ("before", "now"))
+        same = torch.equal(outputs[member, beams, "before"], outputs[member, beams, "now"])
+        print(f"{member} int8 {'beam 4' if beams == 4 else 'greedy'}, {threads} thread(s): before {before:.3f} s, "
+              f"now {now:.3f} s ({before / now:.3f}x); the same tokens {same}; runs before "
+              f"{[round(t, 2) for t in times[member, beams, 'before']]}, now {[round(t, 2) for t in times[member, beams, 'now']]}")
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ TARGETS = [
      dict(member="residual-prenorm", minimum=0.75)),
 ]
 # The int8 product of each route of `precision.quantize_int8`, as torch.profiler names it.
-INT8_GEMM_OPS = {"fbgemm": "quantized::linear_dynamic", "int_mm": "aten::_int_mm"}
+INT8_GEMM_OPS = {"fbgemm": "quantized::linear_with_input_q_dq_qweight_dq_output_fp32", "int_mm": "aten::_int_mm"}
 PROFILED_MEMBER = "dwlstm"  # whose int8 beam-4 decoding `int8_gemm_share` profiles
 SEARCHES = ("beam4", "greedy")
 # The synthetic shortlist: random targets per source token plus the most frequent words (here: the first ids).
