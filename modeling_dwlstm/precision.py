@@ -109,8 +109,8 @@ def cpu_features() -> CpuFeatures:
 
 def int8_route(features: CpuFeatures | None = None) -> str:
     """The int8 GEMM that is fast on this CPU: "int_mm" (torch._int_mm, per-token activation scales) with VNNI or
-    AMX, else "fbgemm" (PyTorch's dynamic quantised linear; int8 multiply-adds with AVX2/AVX-512, per-batch
-    activation scale), where torch._int_mm falls back to a path tens of times slower than float32."""
+    AMX, else "fbgemm" (PyTorch's fbgemm int8 linear; int8 multiply-adds with AVX2/AVX-512, one activation scale
+    per call), where torch._int_mm falls back to a path tens of times slower than float32."""
     features = features or cpu_features()
     if features.int8_dot_products:
         return "int_mm"

@@ -40,7 +40,8 @@ def forward_with_pinned_rows(self, input):
 
 
 VARIANTS = {"before": forward_with_pinned_rows, "now": NOW}
-KERNEL_SHAPES = [(128, 512, 35603), (32, 512, 35603), (128, 512, 1536), (128, 512, 2048)]  # beam 4's and greedy's
+KERNEL_SHAPES = [(128, 512, 35603), (32, 512, 35603), (128, 512, 1536), (128, 512, 2048), (128, 2048, 512),
+                 (32, 2048, 512), (128, 1024, 1536)]  # beam 4's and greedy's
 
 
 def kernels(repeats: int):
