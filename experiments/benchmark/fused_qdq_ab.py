@@ -20,9 +20,10 @@ import time
 
 import torch
 from decoding_step_ab import print_before_now, range_rows
+from torch import nn
 
 from modeling_dwlstm import precision
-from modeling_dwlstm.precision import SMALLEST_SCALE, rescaled
+from modeling_dwlstm.precision import SMALLEST_SCALE, quantize_int8, rescaled
 from nmt_toolkit.lab.benchmark import build_model, generate_forced, inference_copy, random_batch
 
 MEMBERS = ("dwlstm", "residual-prenorm")
@@ -47,9 +48,7 @@ KERNEL_SHAPES = [(128, 512, 35603), (32, 512, 35603), (128, 512, 1536), (128, 51
 def kernels(repeats: int):
     torch.manual_seed(0)
     for rows, inner, columns in KERNEL_SHAPES:
-        weight = torch.randn(columns, inner)
-        weight_scale = weight.abs().amax(1) / 127
-        packed = precision._fbgemm_pack((weight / weight_scale[:, None]).round().to(torch.int8), weight_scale)
+        packed = quantize_int8(nn.Sequential(nn.Linear(inner, columns, bias=False)), route="fbgemm")[0].packed_weight
         divided = torch.randn(rows, inner)
         divided /= divided.abs().amax(1, keepdim=True)
         pinned = torch.cat([divided, range_rows(inner)])
