@@ -26,8 +26,16 @@ float32 once, as transformers' loop converts them.
 
 What this loop does not implement runs in transformers' loop, never ignored (`lean_refusal` says why, logged at
 info level): sampling, streamers, synchronised GPUs, assisted decoding, returning logits, attentions or hidden
-states, decoding without a cache, chunked prefill, auto-compiled decoding, and (with a shortlist) logits processors
-that it cannot apply to a part of the vocabulary. `generate(..., lean_decoding=False)` (or
+states, decoding without a cache, chunked prefill, and (with a shortlist) logits processors that it cannot apply to
+a part of the vocabulary.
+
+Compiled decoding steps: `generate(..., compile_decoding=True)` (or `model.generation_config.compile_decoding =
+True`; off by default) runs every step after the first two through `torch.compile` (`StepForward`), greedy and beam
+search, with the growing cache, int8 models included (`precision.fbgemm_unit_range_linear`). The first decode of a
+search compiles its graph (about 40 s for a 6+6-layer model on a 2-core CPU; torch.compile caches it on disk for
+later processes), which removes the cost of running a step's operators one by one from Python. A static cache with
+a `compile_config` (`generate(..., cache_implementation="static", compile_config=...)`, as transformers' loop
+compiles greedy search) is compiled here too, in beam search as well. `generate(..., lean_decoding=False)` (or
 `model.generation_config.lean_decoding = False`) always runs transformers' loop.
 
 The shortlist (Jean et al. 2015; L'Hostis et al. 2016; as Marian's `--shortlist`, Sockeye's `--restrict-lexicon` and
@@ -43,11 +51,12 @@ beam search).
 """
 
 import math
+import weakref
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from transformers import GenerationMixin
+from transformers import CompileConfig, GenerationMixin
 from transformers.cache_utils import EncoderDecoderCache, StaticLayer
 from transformers.generation.logits_process import (
     ForcedBOSTokenLogitsProcessor,
@@ -66,7 +75,7 @@ from transformers.generation.utils import (
 )
 from transformers.utils import cached_file, logging
 
-from .precision import output_rows
+from .precision import output_rows, register_packed_weights
 
 logger = logging.get_logger(__name__)
 
@@ -74,7 +83,8 @@ SHORTLIST_FILE = "shortlist.safetensors"
 SHORTLIST_FORMAT = "modeling_dwlstm shortlist 1"
 TOPK_BLOCK = 64  # columns per block of `row_topk`
 # The generation-config entries this module adds (`generate(..., name=value)` sets them for one call).
-DECODING_OPTIONS = {"lean_decoding": True, "use_shortlist": False}
+DECODING_OPTIONS = {"lean_decoding": True, "use_shortlist": False, "compile_decoding": False}
+COMPILED_CALLS = weakref.WeakKeyDictionary()  # module -> (CompileConfig, its compiled __call__): `compiled_call`
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,7 +184,6 @@ def lean_refusal(model, generation_config, logits_processor, model_kwargs, strea
         (config.prefill_chunk_size is not None, "prefill_chunk_size"),
         (config.max_length is None, "no max_length"),
         (getattr(config, "low_memory", None), "low_memory"),
-        (model._valid_auto_compile_criteria(model_kwargs, config), "auto-compiled decoding"),
         (not isinstance(model_kwargs.get("cache"), EncoderDecoderCache), "a cache that is not an EncoderDecoderCache"),
     ]
     for refused, reason in checks:
@@ -279,14 +288,63 @@ def first_step_inputs(model, input_ids, generation_config, model_kwargs: dict) -
                                                is_first_iteration=True, **model_kwargs)
 
 
-def step_scores(model, model_inputs: dict, columns: OutputColumns | None):
-    """One forward step: (outputs, float32 scores (rows, columns) of the last position). The scores are a tensor this
-    loop owns (the output projection's own, or its float32 conversion): it may change them in place."""
+class StepForward:
+    """What runs a decoding step's forward: the model, or with a shortlist its encoder-decoder `model.model` (the
+    loop projects onto the shortlist's columns itself). With `compile_decoding`, or where transformers' loop would
+    compile (`_valid_auto_compile_criteria`: a static cache and a `compile_config`, or a GPU), the steps after the
+    first two go through `torch.compile`, with the cache's length marked as a dynamic size (torch.compile would
+    specialise the second step's length of 1, then compile once more for the third's), so that one graph serves
+    the whole decode."""
+
+    def __init__(self, model, generation_config, model_kwargs: dict, columns: "OutputColumns | None"):
+        self.module = model if columns is None else model.model
+        self.compiled = None
+        if getattr(generation_config, "compile_decoding", False):
+            config = generation_config.compile_config or decoding_compile_config(model)
+        elif model._valid_auto_compile_criteria(model_kwargs, generation_config):
+            config = generation_config.compile_config or model._default_compile_config()
+        else:
+            return
+        register_packed_weights(model)  # a copied int8 model's projections (fbgemm route) need theirs registered
+        self.compiled = compiled_call(self.module, config)
+
+    def __call__(self, step: int, model_inputs: dict):
+        if self.compiled is None or step < 2:
+            return self.module(**model_inputs, return_dict=True)
+        for layer in model_inputs["cache"].self_attention_cache.layers:
+            if not isinstance(layer, StaticLayer):
+                torch._dynamo.maybe_mark_dynamic(layer.keys, 2)  # (B, heads, length, head size)
+                torch._dynamo.maybe_mark_dynamic(layer.values, 2)
+        return self.compiled(self.module, **model_inputs, return_dict=True)
+
+
+def decoding_compile_config(model) -> CompileConfig:
+    """`compile_decoding`'s torch.compile options when the generation config gives none: sizes made dynamic when
+    they change (batches differ; compiling everything dynamic from the start took 2-5 times as long); CUDA graphs
+    ("reduce-overhead") only on a GPU."""
+    return CompileConfig(dynamic=None, mode="reduce-overhead" if model.device.type == "cuda" else "default")
+
+
+def compiled_call(module, compile_config: CompileConfig):
+    """`module.__call__` through torch.compile with `compile_config`, made once per module and configuration (its
+    compiled graphs are kept for the shapes seen). Called with the module first: `compiled_call(m, c)(m, **inputs)`.
+    Kept beside the module rather than in it, so that a copy of the module (`copy.deepcopy` keeps a function as
+    it is) never runs the original's weights."""
+    config, compiled = COMPILED_CALLS.get(module, (None, None))
+    if config != compile_config:
+        compiled = torch.compile(type(module).__call__, **compile_config.to_dict())
+        COMPILED_CALLS[module] = (compile_config, compiled)
+    return compiled
+
+
+def step_scores(forward: StepForward, step: int, model_inputs: dict, columns: OutputColumns | None):
+    """Decoding step `step` (0 for the first): (outputs, float32 scores (rows, columns) of the last position). The
+    scores are a tensor this loop owns (the output projection's own, or its float32 conversion): it may change them
+    in place."""
+    outputs = forward(step, model_inputs)
     if columns is None:
-        outputs = model(**model_inputs, return_dict=True)
         logits = outputs.logits[:, -1]  # (N, V)
     else:
-        outputs = model.model(**model_inputs, return_dict=True)
         logits = columns.projection(outputs.last_hidden_state[:, -1])  # (N, S)
     if logits.dtype != torch.float32:
         logits = logits.float()
@@ -433,8 +491,9 @@ def lean_greedy_search(model, input_ids, logits_processor, stopping_criteria, ge
     tokens[:, :length] = input_ids
     unfinished_sequences = torch.ones(batch_size, dtype=torch.long, device=input_ids.device)
     model_inputs = first_step_inputs(model, input_ids, generation_config, model_kwargs)
+    forward = StepForward(model, generation_config, model_kwargs, columns)
     while True:
-        outputs, logits = step_scores(model, model_inputs, columns)  # (B, V or S)
+        outputs, logits = step_scores(forward, length - input_ids.shape[1], model_inputs, columns)  # (B, V or S)
         model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
         del outputs
         next_token_scores = apply_processors(logits_processor, tokens[:, :length], logits, columns)
@@ -501,8 +560,9 @@ def lean_beam_search(model, input_ids, logits_processor, stopping_criteria, gene
 
     flat_running_sequences = input_ids
     model_inputs = first_step_inputs(model, input_ids, generation_config, model_kwargs)
+    forward = StepForward(model, generation_config, model_kwargs, columns)
     while True:
-        outputs, log_probs = step_scores(model, model_inputs, columns)  # (B * beams, V or S)
+        outputs, log_probs = step_scores(forward, cur_len - decoder_prompt_len, model_inputs, columns)  # (B * beams, V or S)
         model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
         del outputs
         torch.log_softmax(log_probs, dim=-1, out=log_probs)

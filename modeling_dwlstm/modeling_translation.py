@@ -155,12 +155,13 @@ class TranslationEmbeddings(nn.Module):
             check_token_ids(input_ids, self.token_embedding.num_embeddings)  # follows resize_token_embeddings
             inputs_embeds = self.token_embedding(input_ids)
         length = inputs_embeds.shape[1]
-        if position_offset + length > self.positions.num_positions:
+        # A static cache's length is a tensor; torch.compile cannot branch on it (generate() sized that cache).
+        if not torch.compiler.is_compiling() and position_offset + length > self.positions.num_positions:
             raise ValueError(
                 f"Sequence of {position_offset + length} positions is longer than max_position_embeddings="
                 f"{self.positions.num_positions}; truncate the input or raise max_position_embeddings."
             )
-        positions = torch.arange(position_offset, position_offset + length, device=inputs_embeds.device)
+        positions = torch.arange(length, device=inputs_embeds.device) + position_offset
         hidden = inputs_embeds * self.scale + self.positions(positions).to(inputs_embeds.dtype)  # (B, T, d)
         return F.dropout(hidden, self.dropout, self.training)
 

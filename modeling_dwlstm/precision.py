@@ -46,7 +46,9 @@ import ctypes
 import functools
 import os
 import platform
+import re
 import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +65,11 @@ INT8_ROUTES = ("int_mm", "fbgemm")
 # Inputs quantise to 0..128 (+1 rounds up to 128): against weights within +-127 a pair of AVX2 multiply-adds
 # stays inside int16 (2 x 128 x 127 = 32,512).
 UNIT_RANGE_QUANTIZATION = (2 / 127, 64)
+# torch.compile cannot trace fbgemm's packed weight (a ScriptObject), so a compiled projection calls
+# `fbgemm_unit_range_linear`, which finds its packed weight here by a number: id(packed weight) -> packed weight,
+# for as long as a module holds it. A copy of this file loaded as Hub remote code registers an operator of its own.
+PACKED_WEIGHTS = weakref.WeakValueDictionary()
+OPERATOR_NAMESPACE = re.sub(r"\W", "_", __name__)
 
 
 @dataclass(frozen=True)
@@ -245,9 +252,40 @@ class FbgemmInt8Projection(Int8Projection):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         rows = input.reshape(-1, self.in_features).float()  # (N, in)
         scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=SMALLEST_SCALE)  # (N, 1)
-        output = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
-            rows / scale, *UNIT_RANGE_QUANTIZATION, self.packed_weight)  # (N, out), float32
+        if torch.compiler.is_compiling():  # the custom operator costs ~35 us a call in eager mode
+            output = fbgemm_unit_range_linear(rows / scale, self.packed_weight_key, self.out_features)
+        else:
+            output = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+                rows / scale, *UNIT_RANGE_QUANTIZATION, self.packed_weight)  # (N, out), float32
         return rescaled(output, scale, self.bias).to(input.dtype).unflatten(0, input.shape[:-1])
+
+
+@torch.library.custom_op(f"{OPERATOR_NAMESPACE}::fbgemm_unit_range_linear", mutates_args=())
+def fbgemm_unit_range_linear(rows: torch.Tensor, packed_weight_key: int, out_features: int) -> torch.Tensor:
+    """fbgemm's product of `rows` (N, in), each in [-1, 1], with the packed weight registered under
+    `packed_weight_key` (`register_packed_weights`): (N, out_features) float32, as `FbgemmInt8Projection` computes it
+    in eager mode. An operator of its own so that torch.compile keeps the product whole."""
+    packed_weight = PACKED_WEIGHTS.get(packed_weight_key)
+    if packed_weight is None:
+        raise RuntimeError("An int8 projection's packed weight is not registered (the model was copied after "
+                           "quantisation?): call modeling_dwlstm.precision.register_packed_weights(model) before "
+                           "compiling it.")
+    return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(rows, *UNIT_RANGE_QUANTIZATION, packed_weight)
+
+
+@fbgemm_unit_range_linear.register_fake
+def _(rows: torch.Tensor, packed_weight_key: int, out_features: int) -> torch.Tensor:
+    return rows.new_empty(rows.shape[0], out_features)
+
+
+def register_packed_weights(model: nn.Module) -> None:
+    """Registers the packed weight of each of `model`'s fbgemm projections for `fbgemm_unit_range_linear`, under
+    its id. `quantize_int8` does it; a copy of a quantised model (`copy.deepcopy` packs new weights) needs it again
+    before torch.compile traces it (compiled decoding does it at every `generate()`)."""
+    for module in model.modules():
+        if isinstance(module, FbgemmInt8Projection):
+            module.packed_weight_key = id(module.packed_weight)
+            PACKED_WEIGHTS[module.packed_weight_key] = module.packed_weight
 
 
 def rescaled(output: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -291,6 +329,7 @@ def quantize_int8(model: nn.Module, output_projection: bool = True, route: str |
             module.activation_range = activation_range
             module.__class__ = int8_class(type(module), route)
     model.int8_route = route
+    register_packed_weights(model)
     return model
 
 
@@ -324,6 +363,7 @@ def output_rows(linear: nn.Linear, rows: torch.Tensor) -> nn.Linear:
         restricted.activation_range = linear.activation_range
     if isinstance(linear, FbgemmInt8Projection):
         restricted.packed_weight = _fbgemm_pack(restricted.weight, restricted.weight_scale)
+        register_packed_weights(restricted)
     return restricted.eval()
 
 

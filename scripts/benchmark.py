@@ -3,6 +3,7 @@
     python scripts/benchmark.py                    # small and base, lengths 16/64/256, 3 repeats
     python scripts/benchmark.py --quick            # small only, lengths 16/64, 2 repeats
     python scripts/benchmark.py --compile          # the family under torch.compile
+    python scripts/benchmark.py --compile_decoding # the family's decoding steps compiled (generate(compile_decoding=True))
     python scripts/benchmark.py --deployment       # base, every precision, bf16 training, CTranslate2, the shortlist,
                                                    # the int8 GEMM profile, the 12+12 vs 24+24 pair, the speed targets
 
@@ -31,6 +32,9 @@ def main(argv=None):
     parser.add_argument("--threads", type=positive_int, default=2, help="CPU threads (default 2)")
     parser.add_argument("--token_budget", type=positive_int, help="source + target tokens per training batch (default 4096)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the family's models")
+    parser.add_argument("--compile_decoding", action="store_true",
+                        help="the family's generate() with compile_decoding=True (compiled decoding steps; the first "
+                             "decodes compile, in the warm-up)")
     parser.add_argument("--no_memory", action="store_true", help="skip the peak-memory probes")
     parser.add_argument("--precisions", nargs="+", choices=list(PRECISIONS),
                         help="generation precisions (default float32; float32 is always measured)")
@@ -54,7 +58,8 @@ def main(argv=None):
                              "(modeling_dwlstm.precision.keep_freed_memory)")
     parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
     args = parser.parse_args(argv)
-    settings = BenchmarkSettings(threads=args.threads, compile=args.compile, measure_memory=not args.no_memory,
+    settings = BenchmarkSettings(threads=args.threads, compile=args.compile, compile_decoding=args.compile_decoding,
+                                 measure_memory=not args.no_memory,
                                  train_bf16=args.bf16_training, ctranslate2=args.ctranslate2, depth_pair=args.depth_pair,
                                  shortlist=args.shortlist, gemm_share=args.gemm_share,
                                  measure_refused=args.measure_refused, keep_freed_memory=args.keep_freed_memory)

@@ -418,6 +418,25 @@ def test_compiled_model_generates_and_trains_like_the_eager_one():
         torch.testing.assert_close(model(**batch).loss, expected_loss)
 
 
+def test_compile_decoding_compiles_the_familys_decoding_and_not_marians(monkeypatch):
+    """With `compile_decoding` every row of the family decodes with compiled steps (with the shortlist too); Marian,
+    which has no such option, as it is."""
+    calls = []
+    monkeypatch.setattr(benchmark, "generate_forced",
+                        lambda model, source, beams, new_tokens, device, **options: calls.append((model.config.model_type, options)))
+    torch.manual_seed(0)
+    models = {member: build_model(member, "tiny", VOCAB) for member in ("dwlstm", benchmark.MARIAN)}
+    settings = BenchmarkSettings(compile_decoding=True, precisions=("float32", "int8"))
+    tasks = {**benchmark.generation_tasks(models, random_batch(2, 6, 1, VOCAB), settings),
+             **benchmark.shortlist_tasks(models, random_batch(2, 6, 1, VOCAB), settings)}
+    for task in tasks.values():
+        task()
+    marian = [options for model_type, options in calls if model_type == "marian"]
+    ours = [options for model_type, options in calls if model_type != "marian"]
+    assert len(marian) == 4 and all(options == {} for options in marian)
+    assert len(ours) == 8 and all(options.get("compile_decoding") is True for options in ours)
+
+
 KEPT_RECORD_VERDICTS = {  # each target's verdict column, in order, as the record says it
     "final-run": ["met", "MISSED", "met", "met", "MISSED", "MISSED", "met", "reported", "MISSED"],
     "deployment": ["met", "met"] + ["MISSED"] * 13 + ["reported", "met"],

@@ -12,7 +12,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CASES, WITHOUT_PACKAGE, random_ids, tiny_model
-from transformers import AutoModelForSeq2SeqLM, GenerationMixin, LogitsProcessor, LogitsProcessorList, TextStreamer
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    CompileConfig,
+    GenerationMixin,
+    LogitsProcessor,
+    LogitsProcessorList,
+    TextStreamer,
+)
 
 from modeling_dwlstm import generation_translation, modeling_translation
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist, ShortlistLogitsMask
@@ -509,3 +516,130 @@ def test_int8_models_keep_their_projection_for_other_copies():
     before = copy.deepcopy(model.lm_head.state_dict())
     output_rows(model.lm_head, torch.tensor([1, 2]))
     assert all(torch.equal(before[name], value) for name, value in model.lm_head.state_dict().items())
+
+
+# --- Compiled decoding --------------------------------------------------------------------------------------------
+
+
+class GraphCounter:
+    """A torch.compile backend that runs each captured graph as it is (dynamo's "eager" backend, so that the test
+    stays fast) and counts them."""
+
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, graph_module, example_inputs):
+        self.graphs += 1
+        return graph_module.forward
+
+    def __deepcopy__(self, memo):  # generate() copies its compile_config: the copy must count here
+        return self
+
+
+@pytest.fixture
+def fresh_compiler():
+    """Each test's graphs alone (torch.compile keeps a few per function, across models)."""
+    torch._dynamo.reset()
+
+
+def compile_options(backend, **options) -> dict:
+    """generate() options for compiled decoding steps: `fullgraph`, so that a graph break fails the test."""
+    return dict(compile_decoding=True, compile_config=CompileConfig(backend=backend, fullgraph=True, mode="default",
+                                                                    **options))
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES)
+def test_compiled_decoding_steps_decode_what_eager_steps_decode(case, lean_calls, fresh_compiler):
+    """Every member, greedy and beam: the steps after the first two are captured whole (no graph break) and decode
+    the same tokens and scores; one graph a search, whatever the cache's length."""
+    model = tiny_model(case)
+    for num_beams in (1, 3):
+        counter = GraphCounter()
+        settings = dict(num_beams=num_beams, max_new_tokens=7, return_dict_in_generate=True, output_scores=True)
+        eager = model.generate(SOURCES, attention_mask=MASK, **settings)
+        compiled = model.generate(SOURCES, attention_mask=MASK, **settings, **compile_options(counter))
+        assert_same_output(compiled, eager)
+        assert counter.graphs == 1
+    assert lean_calls == {"greedy": 2, "beam": 2}
+
+
+def test_compiled_decoding_of_language_aware_models_decodes_the_same(fresh_compiler):
+    model = eos_prone(tiny_model("dwlstm", language_pairs=["en-de", "en-fr", "de-en"], language_tag_ids=LANGUAGE_TAGS,
+                                 language_aware_norm=True, language_aware_transform=True))
+    sources = SOURCES.clone()
+    sources[:, 0] = torch.tensor(list(LANGUAGE_TAGS.values()))
+    counter = GraphCounter()
+    for num_beams in (1, 3):
+        eager = model.generate(sources, attention_mask=MASK, num_beams=num_beams, max_new_tokens=6)
+        assert torch.equal(model.generate(sources, attention_mask=MASK, num_beams=num_beams, max_new_tokens=6,
+                                          **compile_options(counter)), eager)
+    assert counter.graphs == 2
+
+
+def test_one_compiled_graph_serves_batches_of_any_size(fresh_compiler):
+    """After a second batch size the batch is a dynamic size too: a third size compiles nothing new."""
+    model = tiny_model("dwlstm")
+    counter = GraphCounter()
+    options = compile_options(counter)
+    for rows in (3, 2, 5):
+        sources, mask = torch.cat([SOURCES, SOURCES])[:rows], torch.cat([MASK, MASK])[:rows]
+        eager = model.generate(sources, attention_mask=mask, num_beams=1, max_new_tokens=6)
+        assert torch.equal(model.generate(sources, attention_mask=mask, num_beams=1, max_new_tokens=6, **options), eager)
+    assert counter.graphs == 2
+
+
+@pytest.mark.parametrize("route", ["fbgemm", "int_mm"])
+def test_compiled_int8_steps_keep_their_int8_products(route, fresh_compiler):
+    """torch.compile cannot trace fbgemm's packed weight: the product runs as this package's custom operator, and
+    torch._int_mm stays in the graph. Both decode what eager int8 decodes, after a copy of the model too (new
+    packed weights, registered at the next compiled decode)."""
+    captured = []
+
+    def capture(graph_module, example_inputs):
+        captured.append(str(graph_module.graph))
+        return graph_module.forward
+
+    model = copy.deepcopy(int8_model("dwlstm", route))
+    eager = model.generate(SOURCES, attention_mask=MASK, num_beams=3, max_new_tokens=6)
+    assert torch.equal(model.generate(SOURCES, attention_mask=MASK, num_beams=3, max_new_tokens=6,
+                                      **compile_options(capture)),
+                       eager)
+    product = "fbgemm_unit_range_linear" if route == "fbgemm" else "_int_mm"
+    assert len(captured) == 1 and captured[0].count(product) >= 3 * 2 * 3  # each decoder layer's projections
+
+
+def test_compiled_decoding_with_inductor_decodes_what_eager_decoding_decodes(fresh_compiler):
+    """The real compiler (inductor, the default) on an int8 model by fbgemm's route, beam search: the same tokens."""
+    model = int8_model("dwlstm", "fbgemm")
+    eager = model.generate(SOURCES, attention_mask=MASK, num_beams=2, max_new_tokens=6)
+    assert torch.equal(model.generate(SOURCES, attention_mask=MASK, num_beams=2, max_new_tokens=6,
+                                      compile_decoding=True), eager)
+
+
+def test_a_static_cache_with_a_compile_config_is_compiled_in_this_loop(lean_calls, fresh_compiler):
+    """Where transformers' own loop would compile its forward (a static cache and a compile_config that allows the
+    CPU), this loop does the same."""
+    model = tiny_model("dwlstm")
+    counter = GraphCounter()
+    config = CompileConfig(backend=counter, fullgraph=True, mode="default")
+    config._compile_all_devices = True
+    for num_beams in (1, 3):
+        eager = model.generate(SOURCES, attention_mask=MASK, num_beams=num_beams, max_new_tokens=6,
+                               cache_implementation="static")
+        assert torch.equal(model.generate(SOURCES, attention_mask=MASK, num_beams=num_beams, max_new_tokens=6,
+                                          cache_implementation="static", compile_config=config), eager)
+    assert counter.graphs == 2 and lean_calls == {"greedy": 2, "beam": 2}
+
+
+def test_a_copy_of_a_compiled_model_decodes_with_its_own_weights(fresh_compiler):
+    """`copy.deepcopy` keeps functions as they are: a compiled step kept on the model would run the original's weights
+    in the copy. The copy decodes what it decodes eagerly."""
+    model = tiny_model("dwlstm")
+    options = compile_options(GraphCounter())
+    model.generate(SOURCES, attention_mask=MASK, num_beams=1, max_new_tokens=6, **options)
+    copied = copy.deepcopy(model)
+    with torch.no_grad():
+        copied.lm_head.weight.mul_(-1)
+    eager = copied.generate(SOURCES, attention_mask=MASK, num_beams=1, max_new_tokens=6)
+    assert not torch.equal(eager, model.generate(SOURCES, attention_mask=MASK, num_beams=1, max_new_tokens=6))
+    assert torch.equal(copied.generate(SOURCES, attention_mask=MASK, num_beams=1, max_new_tokens=6, **options), eager)

@@ -504,3 +504,31 @@ def test_a_prepared_model_is_not_prepared_again():
     model = prepare_for_inference(tiny_model("residual-pre"), quantize="int8")
     with pytest.raises(ValueError, match="already quantised"):
         prepare_for_inference(model, "bfloat16")
+
+
+def test_fbgemms_product_as_a_custom_operator_is_the_eager_product():
+    """What a compiled fbgemm projection calls (`fbgemm_unit_range_linear`, which torch.compile can trace): the same
+    floats as the eager call, a fake implementation of the right shape (`torch.library.opcheck`), and a clear error
+    for a packed weight nobody registered."""
+    torch.manual_seed(0)
+    linear = quantize_int8(nn.Sequential(nn.Linear(64, 40)).eval(), route="fbgemm")[0]
+    rows = torch.rand(5, 64) * 2 - 1
+    eager = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+        rows, *precision.UNIT_RANGE_QUANTIZATION, linear.packed_weight)
+    assert torch.equal(precision.fbgemm_unit_range_linear(rows, linear.packed_weight_key, 40), eager)
+    torch.library.opcheck(precision.fbgemm_unit_range_linear, (rows, linear.packed_weight_key, 40),
+                          test_utils=("test_schema", "test_faketensor"))
+    with pytest.raises(RuntimeError, match="register_packed_weights"):
+        precision.fbgemm_unit_range_linear(rows, -1, 40)
+
+
+def test_a_copied_int8_model_registers_its_own_packed_weights():
+    """`copy.deepcopy` packs new weights: `register_packed_weights` files them under their own keys, and the
+    original's stay valid."""
+    model = quantize_int8(nn.Sequential(nn.Linear(16, 8), nn.Linear(8, 4)).eval(), route="fbgemm")
+    copied = copy.deepcopy(model)
+    precision.register_packed_weights(copied)
+    for original, copy_ in zip(model, copied, strict=True):
+        assert original.packed_weight_key != copy_.packed_weight_key
+        assert precision.PACKED_WEIGHTS[original.packed_weight_key] is original.packed_weight
+        assert precision.PACKED_WEIGHTS[copy_.packed_weight_key] is copy_.packed_weight

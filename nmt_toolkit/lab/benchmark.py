@@ -153,6 +153,8 @@ class BenchmarkSettings:
     measure_memory: bool = True
     peak_matmul_size: int | None = None  # side of the square matmul timed for the peak; None: 2048 (CPU), 8192 (GPU)
     compile: bool = False  # torch.compile the family's models (Marian stays eager)
+    compile_decoding: bool = False  # the family's generate() with compile_decoding=True; the first decodes, which
+    # compile, are the warm-up (reported as `first_decode_s`)
     precisions: tuple = ("float32",)  # generation precisions, keys of PRECISIONS
     train_bf16: bool = False  # also time training under bfloat16 autocast, at headline_length
     ctranslate2: bool = False  # CTranslate2 rows (ENGINE_MEMBERS in ENGINE_PRECISIONS); skipped if not installed
@@ -517,15 +519,15 @@ def generate_forced(model: nn.Module, batch: dict, num_beams: int, new_tokens: i
         )
 
 
-def int8_gemm_share(model: nn.Module, source: dict, new_tokens: int) -> dict:
-    """The share of one beam-4 `generate_forced` of the int8 `model` (from `precision.quantize_int8`) that
-    torch.profiler puts in the int8 matrix products of the model's route (`INT8_GEMM_OPS`), after one warm-up
-    call. The profiler's per-op overhead counts in the total, so the share is a little low."""
+def int8_gemm_share(model: nn.Module, source: dict, new_tokens: int, **options) -> dict:
+    """The share of one beam-4 `generate_forced` of the int8 `model` (from `precision.quantize_int8`; `options`
+    for generate()) that torch.profiler puts in the int8 matrix products of the model's route (`INT8_GEMM_OPS`),
+    after one warm-up call. The profiler's per-op overhead counts in the total, so the share is a little low."""
     route = model.int8_route
-    generate_forced(model, source, 4, new_tokens, "cpu")
+    generate_forced(model, source, 4, new_tokens, "cpu", **options)
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         with record_function("decode"):
-            generate_forced(model, source, 4, new_tokens, "cpu")
+            generate_forced(model, source, 4, new_tokens, "cpu", **options)
     events = {event.key: event for event in profiler.key_averages()}
     gemm = events[INT8_GEMM_OPS[route]].cpu_time_total if INT8_GEMM_OPS[route] in events else 0.0
     decode = events["decode"].cpu_time_total
@@ -626,16 +628,22 @@ def interleaved_medians(tasks: dict, repeats: int, device: str) -> dict:
     return {key: statistics.median(values) for key, values in interleaved_times(tasks, repeats, device).items()}
 
 
+def decoding_options(member: str, settings: BenchmarkSettings) -> dict:
+    """generate() options of `member`'s rows: compiled decoding steps for the family with `compile_decoding`."""
+    return {"compile_decoding": True} if settings.compile_decoding and member != MARIAN else {}
+
+
 def generation_tasks(models: dict, source: dict, settings: BenchmarkSettings) -> dict:
     """{(member, "beam4" | "greedy", precision): task} for every model in every precision `settings` times
     (`timed_precisions`)."""
     tasks = {}
     for member, model in models.items():
+        options = decoding_options(member, settings)
         for precision in timed_precisions(settings):
             prepared = inference_copy(model, precision, settings.measure_refused)
             for task, beams in (("beam4", 4), ("greedy", 1)):
-                tasks[member, task, precision] = (
-                    lambda m=prepared, b=beams: generate_forced(m, source, b, settings.new_tokens, settings.device))
+                tasks[member, task, precision] = (lambda m=prepared, b=beams, o=options: generate_forced(
+                    m, source, b, settings.new_tokens, settings.device, **o))
     return tasks
 
 
@@ -647,12 +655,12 @@ def shortlist_tasks(models: dict, source: dict, settings: BenchmarkSettings) -> 
         if member == MARIAN:
             continue
         model.shortlist = synthetic_shortlist(settings.vocab_size)
+        options = decoding_options(member, settings)
         for precision in timed_precisions(settings):
             prepared = inference_copy(model, precision, settings.measure_refused)
             for task, beams in (("beam4", 4), ("greedy", 1)):
-                tasks[member, task, precision, SHORTLIST] = (
-                    lambda m=prepared, b=beams: generate_forced(m, source, b, settings.new_tokens, settings.device,
-                                                                use_shortlist=True))
+                tasks[member, task, precision, SHORTLIST] = (lambda m=prepared, b=beams, o=options: generate_forced(
+                    m, source, b, settings.new_tokens, settings.device, use_shortlist=True, **o))
     return tasks
 
 
@@ -702,8 +710,7 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
                         tasks[f"{member} (CTranslate2)", task, precision, SHORTLIST] = (
                             lambda r=((member, precision), beams, settings.new_tokens, True): engine.request(r))
         log(f"[{size}] warm-up of {len(members)} models ...")
-        for task in tasks.values():
-            task()
+        first_seconds = {key: timed(task, device) for key, task in tasks.items()}
         log(f"[{size}] timing {len(tasks)} tasks x {settings.repeats} repeats, interleaved ...")
         seconds = interleaved_medians(tasks, settings.repeats, device)
         if engine:
@@ -719,6 +726,9 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
             "generation": rates[member],
             "train": {},
         }
+        if decoding_options(member, settings):
+            row["first_decode_s"] = {precision: {task: first_seconds[member, task, precision] for task in SEARCHES}
+                                     for precision in precisions}
         if settings.shortlist and member != MARIAN:
             row["generation_shortlist"] = generation_rates(seconds, [member], precisions, settings, SHORTLIST)[member]
             row["shortlist_union"] = len(models[member].shortlist.candidates(source["input_ids"].cpu()))
@@ -737,7 +747,7 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
         if settings.gemm_share and member == PROFILED_MEMBER and "int8_gemm_share" not in untimed:
             log(f"[{size}] profile of {member}'s int8 beam-4 decoding ...")
             row["int8_gemm_share"] = int8_gemm_share(inference_copy(models[member], "int8", settings.measure_refused),
-                                                     source, settings.new_tokens)
+                                                     source, settings.new_tokens, **decoding_options(member, settings))
         results[member] = row
     engines = generation_rates(seconds, sorted(f"{member} (CTranslate2)" for member in paths), ENGINE_PRECISIONS,
                                settings)
@@ -836,6 +846,8 @@ def cpu_routes() -> dict:
 
 def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
     settings.check()
+    if settings.compile_decoding:  # one compiled forward per model, precision and search: more than torch's default 8
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     if settings.device == "cpu":
         torch.set_num_threads(settings.threads)
         if settings.keep_freed_memory:  # before any row: every row, float32 too, runs with it
@@ -1111,6 +1123,11 @@ def format_report(report: dict) -> str:
         timed = ("timed anyway (--measure_refused)" if settings.get("measure_refused")
                  else "not timed (--measure_refused times them)")
         lines += ["", f"Refused to users on this CPU, {timed}: {described(report['refused_paths'])}."]
+    if settings.get("compile_decoding"):
+        first = [seconds for rows in report["sizes"].values() for row in rows.values()
+                 for rates in row.get("first_decode_s", {}).values() for seconds in rates.values()]
+        lines += ["", "The family decodes with compiled steps (`compile_decoding=True`; Marian and CTranslate2 as they "
+                      f"are). Each path's first decode, which compiles, is the warm-up: {min(first):.0f}-{max(first):.0f} s."]
     for size, rows in report["sizes"].items():
         lengths = list(next(iter(rows.values()))["train"])
         bf16 = any("train_bf16" in row for row in rows.values()) or "train_bf16" in untimed
