@@ -300,7 +300,7 @@ class StepForward:
         self.module = model if columns is None else model.model
         self.compiled = None
         if getattr(generation_config, "compile_decoding", False):
-            config = generation_config.compile_config or decoding_compile_config(model)
+            config = generation_config.compile_config or decoding_compile_config()
         elif model._valid_auto_compile_criteria(model_kwargs, generation_config):
             config = generation_config.compile_config or model._default_compile_config()
         else:
@@ -318,11 +318,12 @@ class StepForward:
         return self.compiled(self.module, **model_inputs, return_dict=True)
 
 
-def decoding_compile_config(model) -> CompileConfig:
+def decoding_compile_config() -> CompileConfig:
     """`compile_decoding`'s torch.compile options when the generation config gives none: sizes made dynamic when
-    they change (batches differ; compiling everything dynamic from the start took 2-5 times as long); CUDA graphs
-    ("reduce-overhead") only on a GPU."""
-    return CompileConfig(dynamic=None, mode="reduce-overhead" if model.device.type == "cuda" else "default")
+    they change (batches differ; compiling everything dynamic from the start took 2-5 times as long), and no CUDA
+    graphs ("reduce-overhead", transformers' default), which would be recorded again for every length of the
+    growing cache."""
+    return CompileConfig(dynamic=None, mode="default")
 
 
 def compiled_call(module, compile_config: CompileConfig):

@@ -35,6 +35,10 @@ What each option does:
   quantising it cost no measurable BLEU. The quantised weight replaces `lm_head.weight`, which unties it:
   the embedding keeps its float weights.
 
+- Compiled (`generate(..., compile_decoding=True)`, or torch.compile of a quantised model), the fbgemm route's
+  product runs as this module's custom operator `fbgemm_unit_range_linear`, which torch.compile keeps whole (it
+  cannot trace fbgemm's packed weights); `torch._int_mm` stays an int8 product in compiled graphs as it is.
+
 The measurements behind these choices (speed and BLEU of each route) are in the repository's
 experiments/benchmark/README.md.
 

@@ -643,3 +643,20 @@ def test_a_copy_of_a_compiled_model_decodes_with_its_own_weights(fresh_compiler)
     eager = copied.generate(SOURCES, attention_mask=MASK, num_beams=1, max_new_tokens=6)
     assert not torch.equal(eager, model.generate(SOURCES, attention_mask=MASK, num_beams=1, max_new_tokens=6))
     assert torch.equal(copied.generate(SOURCES, attention_mask=MASK, num_beams=1, max_new_tokens=6, **options), eager)
+
+
+@pytest.mark.parametrize("route", [None, "fbgemm"])
+def test_compiled_decoding_with_a_shortlist_decodes_the_same(route, fresh_compiler):
+    """With a shortlist the compiled graph is the encoder-decoder without its output projection, which the loop
+    restricts to the batch's columns itself: the same tokens and scores as eager decoding over the shortlist."""
+    model = tiny_model("dwlstm")  # not `eos_prone`: the sentences must outlive the eager steps
+    if route is not None:
+        quantize_int8(model, route=route)
+    model.shortlist = random_shortlist(model.config.vocab_size)
+    counter = GraphCounter()
+    for num_beams in (1, 3):
+        settings = dict(num_beams=num_beams, max_new_tokens=7, use_shortlist=True, return_dict_in_generate=True,
+                        output_scores=True)
+        assert_same_output(model.generate(SOURCES, attention_mask=MASK, **settings, **compile_options(counter)),
+                           model.generate(SOURCES, attention_mask=MASK, **settings))
+    assert counter.graphs == 2
