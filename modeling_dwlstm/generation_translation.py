@@ -56,6 +56,7 @@ import weakref
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from torch._inductor import cpp_builder
 from transformers import CompileConfig, GenerationMixin
 from transformers.cache_utils import EncoderDecoderCache, StaticLayer
 from transformers.generation.logits_process import (
@@ -305,6 +306,7 @@ class StepForward:
             config = generation_config.compile_config or model._default_compile_config()
         else:
             return
+        check_cpp_compiler(model, config)
         register_packed_weights(model)  # a copied int8 model's projections (fbgemm route) need theirs registered
         self.compiled = compiled_call(self.module, config)
 
@@ -316,6 +318,21 @@ class StepForward:
                 torch._dynamo.maybe_mark_dynamic(layer.keys, 2)  # (B, heads, length, head size)
                 torch._dynamo.maybe_mark_dynamic(layer.values, 2)
         return self.compiled(self.module, **model_inputs, return_dict=True)
+
+
+def check_cpp_compiler(model, compile_config: CompileConfig):
+    """torch.compile's default compiler (inductor) builds C++ for a CPU: refused with what to do, before decoding,
+    where no C++ compiler is found (it would fail at the first compiled step)."""
+    if compile_config.backend != "inductor" or model.device.type != "cpu":
+        return
+    try:
+        cpp_builder.get_cpp_compiler()
+    except Exception as error:
+        raise RuntimeError(
+            "compile_decoding on a CPU needs a C++ compiler for torch.compile's inductor, and none was found "
+            f"({type(error).__name__}). Install g++ or clang++ (or point the CXX variable at one), or decode without "
+            "compile_decoding."
+        ) from error
 
 
 def decoding_compile_config() -> CompileConfig:

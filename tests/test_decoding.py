@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CASES, WITHOUT_PACKAGE, random_ids, tiny_model
+from torch._inductor import cpp_builder
 from transformers import (
     AutoModelForSeq2SeqLM,
     CompileConfig,
@@ -609,11 +610,27 @@ def test_compiled_int8_steps_keep_their_int8_products(route, fresh_compiler):
 
 
 def test_compiled_decoding_with_inductor_decodes_what_eager_decoding_decodes(fresh_compiler):
-    """The real compiler (inductor, the default) on an int8 model by fbgemm's route, beam search: the same tokens."""
+    """The real compiler (inductor, the default) on an int8 model by fbgemm's route, beam search: the same tokens;
+    on a machine without a C++ compiler, the refusal that says so."""
     model = int8_model("dwlstm", "fbgemm")
     eager = model.generate(SOURCES, attention_mask=MASK, num_beams=2, max_new_tokens=6)
+    try:
+        cpp_builder.get_cpp_compiler()
+    except Exception:
+        with pytest.raises(RuntimeError, match="needs a C.. compiler"):
+            model.generate(SOURCES, attention_mask=MASK, num_beams=2, max_new_tokens=6, compile_decoding=True)
+        return
     assert torch.equal(model.generate(SOURCES, attention_mask=MASK, num_beams=2, max_new_tokens=6,
                                       compile_decoding=True), eager)
+
+
+def test_compiled_decoding_without_a_cpp_compiler_is_refused_before_decoding(monkeypatch, fresh_compiler):
+    def no_compiler():
+        raise RuntimeError("no working C++ compiler found")
+
+    monkeypatch.setattr(generation_translation.cpp_builder, "get_cpp_compiler", no_compiler)
+    with pytest.raises(RuntimeError, match="Install g\\+\\+ or clang\\+\\+"):
+        tiny_model("dwlstm").generate(SOURCES, attention_mask=MASK, max_new_tokens=4, compile_decoding=True)
 
 
 def test_a_static_cache_with_a_compile_config_is_compiled_in_this_loop(lean_calls, fresh_compiler):
