@@ -155,8 +155,10 @@ class TranslationEmbeddings(nn.Module):
             check_token_ids(input_ids, self.token_embedding.num_embeddings)  # follows resize_token_embeddings
             inputs_embeds = self.token_embedding(input_ids)
         length = inputs_embeds.shape[1]
-        # A static cache's length is a tensor; torch.compile cannot branch on it (generate() sized that cache).
-        if not torch.compiler.is_compiling() and position_offset + length > self.positions.num_positions:
+        # A static cache's length is a tensor, which torch.compile cannot branch on (generate() sized that cache);
+        # the growing cache's length is a size, checked compiled or not.
+        static_length = isinstance(position_offset, torch.Tensor) and torch.compiler.is_compiling()
+        if not static_length and position_offset + length > self.positions.num_positions:
             raise ValueError(
                 f"Sequence of {position_offset + length} positions is longer than max_position_embeddings="
                 f"{self.positions.num_positions}; truncate the input or raise max_position_embeddings."

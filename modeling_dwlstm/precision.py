@@ -259,8 +259,7 @@ class FbgemmInt8Projection(Int8Projection):
         if torch.compiler.is_compiling():  # the custom operator costs ~35 us a call in eager mode
             output = fbgemm_unit_range_linear(rows / scale, self.packed_weight_key, self.out_features)
         else:
-            output = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
-                rows / scale, *UNIT_RANGE_QUANTIZATION, self.packed_weight)  # (N, out), float32
+            output = fbgemm_product(rows / scale, self.packed_weight)  # (N, out), float32
         return rescaled(output, scale, self.bias).to(input.dtype).unflatten(0, input.shape[:-1])
 
 
@@ -274,6 +273,11 @@ def fbgemm_unit_range_linear(rows: torch.Tensor, packed_weight_key: int, out_fea
         raise RuntimeError("An int8 projection's packed weight is not registered (the model was copied after "
                            "quantisation?): call modeling_dwlstm.precision.register_packed_weights(model) before "
                            "compiling it.")
+    return fbgemm_product(rows, packed_weight)
+
+
+def fbgemm_product(rows: torch.Tensor, packed_weight) -> torch.Tensor:
+    """fbgemm's int8 product of `rows` in [-1, 1] (quantised by `UNIT_RANGE_QUANTIZATION`) with `packed_weight`."""
     return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(rows, *UNIT_RANGE_QUANTIZATION, packed_weight)
 
 
