@@ -30,6 +30,7 @@ import torch
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
+from modeling_dwlstm.generation_translation import check_cpp_compiler, decoding_compile_config
 from modeling_dwlstm.precision import DTYPES, QUANTIZATIONS, check_precision, prepare_for_inference
 from modeling_dwlstm.tokenization_dwlstm import LANGUAGE_TAG
 
@@ -274,6 +275,9 @@ class EvaluationArguments:
     use_shortlist: bool = field(default=False, metadata={"help": (
         "Decode each batch over the model's vocabulary shortlist (scripts/build_shortlist.py writes it beside the "
         "weights; see modeling_dwlstm.generation_translation).")})
+    compile_decoding: bool = field(default=False, metadata={"help": (
+        "Run the decoding steps through torch.compile: faster over a whole test set, after a first batch that "
+        "compiles (about a minute on a CPU, which needs a C++ compiler; see docs/inference.md).")})
 
 
 @releasing_output_dirs
@@ -305,8 +309,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     translations = translate_sentences(
         model, tokenizer, sources, num_beams=args.num_beams, length_penalty=args.length_penalty,
         max_tokens=args.max_tokens, language_tag=args.target_lang if args.add_language_tag else None,
-        **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}),
-        **({"use_shortlist": True} if args.use_shortlist else {}),
+        **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}), **decoding_options(args),
     )
     results = {
         "model": args.model,
@@ -326,6 +329,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
         "dtype": args.dtype,
         "quantize": args.quantize,
         "use_shortlist": args.use_shortlist,
+        "compile_decoding": args.compile_decoding,
     }
     if baseline is not None:
         results["paired_bootstrap"] = {
@@ -335,6 +339,13 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     write_lines(translations.hypotheses, hypotheses_path)
     write_json(results, Path(args.output_dir) / "results.json")
     return results
+
+
+def decoding_options(args: EvaluationArguments) -> dict:
+    """The generate() options of `args` beyond the search itself (the shortlist, compiled steps), for every
+    decoding pass of an evaluation: the direct directions and both legs through a pivot."""
+    return {**({"use_shortlist": True} if args.use_shortlist else {}),
+            **({"compile_decoding": True} if args.compile_decoding else {})}
 
 
 def check_evaluation_arguments(args: EvaluationArguments) -> None:
@@ -421,7 +432,10 @@ def load_model_for_evaluation(args: EvaluationArguments):
     if args.use_shortlist and getattr(model, "shortlist", None) is None:
         raise ValueError(f"--use_shortlist: {args.model} has no shortlist.safetensors; build it with "
                          f"scripts/build_shortlist.py --model {args.model} --data ... (the training corpus).")
-    return prepare_for_inference(model.to(args.device), dtype=args.dtype, quantize=args.quantize)
+    model = prepare_for_inference(model.to(args.device), dtype=args.dtype, quantize=args.quantize)
+    if args.compile_decoding:  # refused here, not after the first batch
+        check_cpp_compiler(model, model.generation_config.compile_config or decoding_compile_config())
+    return model
 
 
 def _read_test_set(args: EvaluationArguments) -> tuple[list[str], list[str]]:
@@ -654,7 +668,7 @@ def evaluate_directions(args) -> dict:
     translations = translate_sentences(
         model, tokenizer, tagged, num_beams=args.num_beams, length_penalty=args.length_penalty,
         max_tokens=args.max_tokens, **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}),
-        **({"use_shortlist": True} if args.use_shortlist else {}),
+        **decoding_options(args),
     )
     directions, start = {}, 0
     for name in names:
@@ -683,7 +697,7 @@ def evaluate_directions(args) -> dict:
         "off_target_skipped": off_target_skipped,
         "seconds": round(translations.seconds, 3), "sentences_per_second": round(translations.sentences_per_second, 2),
         "device": str(model.device), "dtype": args.dtype, "quantize": args.quantize, "use_shortlist": args.use_shortlist,
-        "subset": subset, "pivot": args.pivot, "pivot_seconds": pivot_seconds,
+        "compile_decoding": args.compile_decoding, "subset": subset, "pivot": args.pivot, "pivot_seconds": pivot_seconds,
         "directions": directions, "averages": averages,
     }
     if baseline is not None:
@@ -748,7 +762,8 @@ def _score_pivot(model, tokenizer, tests, names, args, identifier, directions: d
     averages to the groups made only of such directions, write DIRECTION/pivot_hypotheses.txt (and the
     intermediates, DIRECTION/pivot_{pivot}.txt); return the seconds."""
     decoding = dict(num_beams=args.num_beams, length_penalty=args.length_penalty, max_tokens=args.max_tokens,
-                    **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}))
+                    **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}),
+                    **decoding_options(args))
     translations, intermediates, seconds = translate_through_pivot(model, tokenizer, tests, names, args.pivot,
                                                                    **decoding)
     for name, hypotheses in translations.items():

@@ -226,3 +226,27 @@ def script_help(name: str) -> str:
         code = exit_code_as_main(path, "--help")
     assert code in (0, None), f"scripts/{name}.py --help exited with {code}"
     return output.getvalue()
+
+
+# torch.compile in tests: graphs counted, run as they are
+
+
+class GraphCounter:
+    """A torch.compile backend that runs each captured graph as it is (dynamo's "eager" backend, so that the test
+    stays fast) and counts them."""
+
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, graph_module, example_inputs):
+        self.graphs += 1
+        return graph_module.forward
+
+    def __deepcopy__(self, memo):  # generate() copies its compile_config: the copy must count here
+        return self
+
+
+@pytest.fixture
+def fresh_compiler():
+    """Each test's graphs alone (torch.compile keeps a few per function, across models)."""
+    torch._dynamo.reset()

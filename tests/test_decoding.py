@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CASES, WITHOUT_PACKAGE, random_ids, tiny_model
+from conftest import CASES, WITHOUT_PACKAGE, GraphCounter, random_ids, tiny_model
 from torch._inductor import cpp_builder
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -520,27 +520,6 @@ def test_int8_models_keep_their_projection_for_other_copies():
 
 
 # --- Compiled decoding --------------------------------------------------------------------------------------------
-
-
-class GraphCounter:
-    """A torch.compile backend that runs each captured graph as it is (dynamo's "eager" backend, so that the test
-    stays fast) and counts them."""
-
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, graph_module, example_inputs):
-        self.graphs += 1
-        return graph_module.forward
-
-    def __deepcopy__(self, memo):  # generate() copies its compile_config: the copy must count here
-        return self
-
-
-@pytest.fixture
-def fresh_compiler():
-    """Each test's graphs alone (torch.compile keeps a few per function, across models)."""
-    torch._dynamo.reset()
 
 
 def compile_options(backend, **options) -> dict:

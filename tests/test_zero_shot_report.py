@@ -5,10 +5,12 @@ subset's averages per side, the win ratio per group against a baseline, the off-
 import json
 
 import pytest
-from conftest import MULTI30K, read_multi30k
+from conftest import MULTI30K, GraphCounter, read_multi30k
 from test_multilingual import saved_model, tokenizer  # noqa: F401  (fixtures)
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, CompileConfig
 
+from modeling_dwlstm import generation_translation
+from nmt_toolkit import evaluation
 from nmt_toolkit.evaluation import (
     EvaluationArguments,
     results_table,
@@ -47,6 +49,22 @@ def test_pivot_translation_is_the_two_steps_done_by_hand(saved_model, tmp_path):
     assert "pivot_sacrebleu" not in results["averages"]["all"]  # the supervised directions have no pivot score
     assert results["pivot"] == "en" and results["pivot_seconds"] > 0
     assert json.loads((tmp_path / "eval" / "results.json").read_text())["averages"] == results["averages"]
+
+
+def test_both_legs_through_the_pivot_decode_with_the_evaluations_options(saved_model, tmp_path, monkeypatch,  # noqa: F811
+                                                                          fresh_compiler):
+    """--compile_decoding (as --use_shortlist) reaches every decoding pass: the direct directions and both legs."""
+    calls, translate = [], evaluation.translate_sentences
+    monkeypatch.setattr(evaluation, "translate_sentences", lambda *args, **kwargs: calls.append(kwargs) or
+                        translate(*args, **kwargs))
+    config = CompileConfig(backend=GraphCounter(), mode="default", dynamic=None)
+    for module in (generation_translation, evaluation):
+        monkeypatch.setattr(module, "decoding_compile_config", lambda: config)
+    results = run_evaluation(EvaluationArguments(
+        model=str(saved_model), output_dir=str(tmp_path / "eval"), data=str(MULTI30K), split="test_2016_flickr",
+        max_pairs=2, language_pairs="en-de,de-fr", pivot="en", off_target=False, compile_decoding=True, **DECODING))
+    assert len(calls) == 3 and all(call.get("compile_decoding") is True for call in calls)
+    assert config.backend.graphs > 0 and results["compile_decoding"] is True
 
 
 def test_pivot_and_report_errors(saved_model, tmp_path):  # noqa: F811
