@@ -276,16 +276,18 @@ def is_decoding_step(query: torch.Tensor, hidden_states: torch.Tensor) -> bool:
             and query.shape[0] * query.shape[1] >= DECODING_STEP_MIN_QUERIES)
 
 
-def decoding_step_attention(query, keys, values, attention_mask=None):
-    """softmax(Q K^T / sqrt(d_head)) V as two batched matrix products, the scores written in place; what SDPA
-    returns (0 for a row with every key masked). query (B, H, Tq, e), keys and values (B, H, Tk, e)."""
+def attention_weights(query, keys, attention_mask=None) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(d_head)) (Vaswani et al. 2017, Eq. 1), the scores scaled and masked in place: (B, H, Tq,
+    Tk), 0 for a row with every key masked (as SDPA). query (B, H, Tq, e), keys (B, H, Tk, e)."""
     scores = torch.matmul(query, keys.transpose(-1, -2)).mul_(query.shape[-1] ** -0.5)  # (B, H, Tq, Tk)
     if attention_mask is not None:
         scores.masked_fill_(~attention_mask, -math.inf)
-    weights = torch.softmax(scores, dim=-1)
-    if attention_mask is not None:
-        weights.nan_to_num_(0.0)
-    return torch.matmul(weights, values)  # (B, H, Tq, e)
+    return scores.softmax(dim=-1).nan_to_num(0.0)  # not in place: softmax's backward reads its output
+
+
+def decoding_step_attention(query, keys, values, attention_mask=None):
+    """Attention as two batched matrix products, what SDPA returns. values (B, H, Tk, e)."""
+    return torch.matmul(attention_weights(query, keys, attention_mask), values)  # (B, H, Tq, e)
 
 
 class MultiHeadAttention(nn.Module):
@@ -359,10 +361,7 @@ class MultiHeadAttention(nn.Module):
 
     def eager_attention(self, query, keys, values, attention_mask, dropout: float):
         """softmax(Q K^T / sqrt(d_head)) V written out; returns the output and the weights (B, H, Tq, Tk)."""
-        scores = query @ keys.transpose(-1, -2) / math.sqrt(self.head_dim)
-        if attention_mask is not None:
-            scores = scores.masked_fill(~attention_mask, float("-inf"))
-        weights = F.dropout(scores.softmax(dim=-1).nan_to_num(0.0), dropout, self.training)  # as SDPA: 0 for all-masked rows
+        weights = F.dropout(attention_weights(query, keys, attention_mask), dropout, self.training)
         return weights @ values, weights
 
 

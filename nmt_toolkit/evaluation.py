@@ -30,7 +30,6 @@ import torch
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from modeling_dwlstm.generation_translation import check_cpp_compiler, decoding_compile_config
 from modeling_dwlstm.precision import DTYPES, QUANTIZATIONS, check_precision, prepare_for_inference
 from modeling_dwlstm.tokenization_dwlstm import LANGUAGE_TAG
 
@@ -275,9 +274,6 @@ class EvaluationArguments:
     use_shortlist: bool = field(default=False, metadata={"help": (
         "Decode each batch over the model's vocabulary shortlist (scripts/build_shortlist.py writes it beside the "
         "weights; see modeling_dwlstm.generation_translation).")})
-    compile_decoding: bool = field(default=False, metadata={"help": (
-        "Run the decoding steps through torch.compile: faster over a whole test set, after a first batch that "
-        "compiles (about a minute on a CPU, which needs a C++ compiler; see docs/inference.md).")})
 
 
 @releasing_output_dirs
@@ -329,7 +325,6 @@ def run_evaluation(args: EvaluationArguments) -> dict:
         "dtype": args.dtype,
         "quantize": args.quantize,
         "use_shortlist": args.use_shortlist,
-        "compile_decoding": args.compile_decoding,
     }
     if baseline is not None:
         results["paired_bootstrap"] = {
@@ -342,10 +337,9 @@ def run_evaluation(args: EvaluationArguments) -> dict:
 
 
 def decoding_options(args: EvaluationArguments) -> dict:
-    """The generate() options of `args` beyond the search itself (the shortlist, compiled steps), for every
-    decoding pass of an evaluation: the direct directions and both legs through a pivot."""
-    return {**({"use_shortlist": True} if args.use_shortlist else {}),
-            **({"compile_decoding": True} if args.compile_decoding else {})}
+    """The generate() options of `args` beyond the search itself (the shortlist), for every decoding pass of an
+    evaluation: the direct directions and both legs through a pivot."""
+    return {"use_shortlist": True} if args.use_shortlist else {}
 
 
 def check_evaluation_arguments(args: EvaluationArguments) -> None:
@@ -432,10 +426,7 @@ def load_model_for_evaluation(args: EvaluationArguments):
     if args.use_shortlist and getattr(model, "shortlist", None) is None:
         raise ValueError(f"--use_shortlist: {args.model} has no shortlist.safetensors; build it with "
                          f"scripts/build_shortlist.py --model {args.model} --data ... (the training corpus).")
-    model = prepare_for_inference(model.to(args.device), dtype=args.dtype, quantize=args.quantize)
-    if args.compile_decoding:  # refused here, not after the first batch
-        check_cpp_compiler(model, model.generation_config.compile_config or decoding_compile_config())
-    return model
+    return prepare_for_inference(model.to(args.device), dtype=args.dtype, quantize=args.quantize)
 
 
 def _read_test_set(args: EvaluationArguments) -> tuple[list[str], list[str]]:
@@ -697,7 +688,7 @@ def evaluate_directions(args) -> dict:
         "off_target_skipped": off_target_skipped,
         "seconds": round(translations.seconds, 3), "sentences_per_second": round(translations.sentences_per_second, 2),
         "device": str(model.device), "dtype": args.dtype, "quantize": args.quantize, "use_shortlist": args.use_shortlist,
-        "compile_decoding": args.compile_decoding, "subset": subset, "pivot": args.pivot, "pivot_seconds": pivot_seconds,
+        "subset": subset, "pivot": args.pivot, "pivot_seconds": pivot_seconds,
         "directions": directions, "averages": averages,
     }
     if baseline is not None:

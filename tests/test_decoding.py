@@ -189,6 +189,19 @@ def test_decoding_step_attention_is_sdpa(queries):
         torch.testing.assert_close(decoding_step_attention(query, keys, values, attention_mask), expected)
 
 
+def test_a_one_position_decoder_input_trains_through_the_decoding_step_attention(monkeypatch):
+    """Training without dropout on a one-position decoder input (a batch of empty targets) takes the decoding-step
+    attention too: the gradients are SDPA's (an in-place pass over the softmax's output would break the backward)."""
+    labels = torch.full((3, 1), 2)
+    gradients = {}
+    for threshold in (10**9, 0):
+        monkeypatch.setattr(modeling_translation, "DECODING_STEP_MIN_QUERIES", threshold)
+        model = tiny_model("dwlstm").train()  # dropout 0 in the tiny configurations
+        model(input_ids=SOURCES, attention_mask=MASK, labels=labels).loss.backward()
+        gradients[threshold] = torch.cat([parameter.grad.flatten() for parameter in model.parameters()])
+    torch.testing.assert_close(gradients[0], gradients[10**9], atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("case", MEMBER_CASES)
 def test_decoding_steps_over_many_rows_use_the_matrix_products_and_decode_the_same(case, monkeypatch):
     """With the threshold at 0 every decoding step takes `decoding_step_attention` (counted), and the output is SDPA's

@@ -5,15 +5,13 @@ import json
 import pytest
 import sacrebleu
 import torch
-from conftest import GraphCounter
-from transformers import AutoModelForSeq2SeqLM, CompileConfig
+from transformers import AutoModelForSeq2SeqLM
 
-from modeling_dwlstm import DwLstmConfig, generation_translation
+from modeling_dwlstm import DwLstmConfig
 from modeling_dwlstm.tokenization_dwlstm import (
     tokenizer_model_kwargs,
     train_joint_bpe_tokenizer,
 )
-from nmt_toolkit import evaluation
 from nmt_toolkit.evaluation import (
     EvaluationArguments,
     length_sorted_batches,
@@ -174,39 +172,6 @@ def test_run_evaluation_writes_hypotheses_and_json(model, tokenizer, pairs, tmp_
         reference_file=str(tmp_path / "test.de"), target_lang="de", add_language_tag=True, **SCRIPT_DECODE,
     )
     assert run_evaluation(files)["sacrebleu"] == results["sacrebleu"]
-
-
-def test_compiled_decoding_evaluates_a_test_set_as_eager_decoding_does(model, tokenizer, pairs, tmp_path,
-                                                                         monkeypatch, fresh_compiler):
-    """--compile_decoding: every batch decodes its steps through torch.compile (a counting backend here, to stay
-    fast); batches of other sizes and lengths share a few graphs; the hypotheses are eager decoding's."""
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
-    sources = [english for english, _ in pairs[:12]]
-    (tmp_path / "test.en").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
-    (tmp_path / "test.de").write_text("".join(german + "\n" for _, german in pairs[:12]), encoding="utf-8")
-    counter = GraphCounter()
-    config = CompileConfig(backend=counter, fullgraph=True, mode="default", dynamic=None)
-    for module in (generation_translation, evaluation):
-        monkeypatch.setattr(module, "decoding_compile_config", lambda: config)
-    args = dict(model=str(tmp_path / "model"), data=str(tmp_path), split="test", source_lang="en", target_lang="de",
-                add_language_tag=True, **SCRIPT_DECODE)
-    eager = run_evaluation(EvaluationArguments(output_dir=str(tmp_path / "eager"), **args))
-    assert counter.graphs == 0
-    compiled = run_evaluation(EvaluationArguments(output_dir=str(tmp_path / "compiled"), compile_decoding=True, **args))
-    assert counter.graphs == 2  # ten batches: the first one's sizes, then one graph with the changing sizes dynamic
-    assert compiled["compile_decoding"] is True and eager["compile_decoding"] is False
-    assert compiled["sacrebleu"] == eager["sacrebleu"]
-    assert (tmp_path / "compiled" / "hypotheses.txt").read_text() == (tmp_path / "eager" / "hypotheses.txt").read_text()
-    monkeypatch.undo()  # inductor again, on a machine without a C++ compiler: refused before any decoding
-
-    def no_compiler():
-        raise RuntimeError("no working C++ compiler found")
-
-    monkeypatch.setattr(generation_translation.cpp_builder, "get_cpp_compiler", no_compiler)
-    with pytest.raises(RuntimeError, match="Install g\\+\\+ or clang\\+\\+"):
-        run_evaluation(EvaluationArguments(output_dir=str(tmp_path / "refused"), compile_decoding=True, **args))
-    assert not (tmp_path / "refused" / "hypotheses.txt").exists()
 
 
 @pytest.mark.parametrize(

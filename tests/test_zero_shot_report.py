@@ -5,11 +5,12 @@ subset's averages per side, the win ratio per group against a baseline, the off-
 import json
 
 import pytest
-from conftest import MULTI30K, GraphCounter, read_multi30k
+import torch
+from conftest import MULTI30K, read_multi30k
 from test_multilingual import saved_model, tokenizer  # noqa: F401  (fixtures)
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, CompileConfig
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from modeling_dwlstm import generation_translation
+from modeling_dwlstm.generation_translation import Shortlist
 from nmt_toolkit import evaluation
 from nmt_toolkit.evaluation import (
     EvaluationArguments,
@@ -51,20 +52,23 @@ def test_pivot_translation_is_the_two_steps_done_by_hand(saved_model, tmp_path):
     assert json.loads((tmp_path / "eval" / "results.json").read_text())["averages"] == results["averages"]
 
 
-def test_both_legs_through_the_pivot_decode_with_the_evaluations_options(saved_model, tmp_path, monkeypatch,  # noqa: F811
-                                                                          fresh_compiler):
-    """--compile_decoding (as --use_shortlist) reaches every decoding pass: the direct directions and both legs."""
+def test_both_legs_through_the_pivot_decode_over_the_shortlist(saved_model, tmp_path, monkeypatch):  # noqa: F811
+    """--use_shortlist reaches every decoding pass: the direct directions and both legs through the pivot."""
+    model = AutoModelForSeq2SeqLM.from_pretrained(saved_model)
+    generator = torch.Generator().manual_seed(0)
+    model.shortlist = Shortlist(torch.randint(0, model.config.vocab_size, (model.config.vocab_size, 4),
+                                              generator=generator), torch.tensor([0, 1, 2, 3]))
+    model.save_pretrained(tmp_path / "model")
+    AutoTokenizer.from_pretrained(saved_model).save_pretrained(tmp_path / "model")
     calls, translate = [], evaluation.translate_sentences
     monkeypatch.setattr(evaluation, "translate_sentences", lambda *args, **kwargs: calls.append(kwargs) or
                         translate(*args, **kwargs))
-    config = CompileConfig(backend=GraphCounter(), mode="default", dynamic=None)
-    for module in (generation_translation, evaluation):
-        monkeypatch.setattr(module, "decoding_compile_config", lambda: config)
     results = run_evaluation(EvaluationArguments(
-        model=str(saved_model), output_dir=str(tmp_path / "eval"), data=str(MULTI30K), split="test_2016_flickr",
-        max_pairs=2, language_pairs="en-de,de-fr", pivot="en", off_target=False, compile_decoding=True, **DECODING))
-    assert len(calls) == 3 and all(call.get("compile_decoding") is True for call in calls)
-    assert config.backend.graphs > 0 and results["compile_decoding"] is True
+        model=str(tmp_path / "model"), output_dir=str(tmp_path / "eval"), data=str(MULTI30K),
+        split="test_2016_flickr", max_pairs=2, language_pairs="en-de,de-fr", pivot="en", off_target=False,
+        use_shortlist=True, **DECODING))
+    assert len(calls) == 3 and all(call.get("use_shortlist") is True for call in calls)
+    assert results["use_shortlist"] is True and "pivot" in results["directions"]["de-fr"]
 
 
 def test_pivot_and_report_errors(saved_model, tmp_path):  # noqa: F811
