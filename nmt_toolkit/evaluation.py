@@ -303,9 +303,8 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     model = load_model_for_evaluation(args)
     check_directions(model, tokenizer, [(args.source_lang, args.target_lang)], with_tags=args.add_language_tag)
     translations = translate_sentences(
-        model, tokenizer, sources, num_beams=args.num_beams, length_penalty=args.length_penalty,
-        max_tokens=args.max_tokens, language_tag=args.target_lang if args.add_language_tag else None,
-        **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}), **decoding_options(args),
+        model, tokenizer, sources, language_tag=args.target_lang if args.add_language_tag else None,
+        **decoding_settings(args),
     )
     results = {
         "model": args.model,
@@ -336,10 +335,12 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     return results
 
 
-def decoding_options(args: EvaluationArguments) -> dict:
-    """The generate() options of `args` beyond the search itself (the shortlist), for every decoding pass of an
-    evaluation: the direct directions and both legs through a pivot."""
-    return {"use_shortlist": True} if args.use_shortlist else {}
+def decoding_settings(args: EvaluationArguments) -> dict:
+    """`translate_sentences`' settings from `args` (the search, the batches, the length, the shortlist), one set for
+    every decoding pass of an evaluation: the direct directions and both legs through a pivot."""
+    return dict(num_beams=args.num_beams, length_penalty=args.length_penalty, max_tokens=args.max_tokens,
+                **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}),
+                **({"use_shortlist": True} if args.use_shortlist else {}))
 
 
 def check_evaluation_arguments(args: EvaluationArguments) -> None:
@@ -656,11 +657,7 @@ def evaluate_directions(args) -> dict:
     if pivoted:
         check_directions(model, tokenizer, [leg for name in pivoted for leg in pivot_legs(name, args.pivot)], True)
     tagged = [tag_source(pair[name.split("-")[0]], name.split("-")[1]) for name in names for pair in tests[name]]
-    translations = translate_sentences(
-        model, tokenizer, tagged, num_beams=args.num_beams, length_penalty=args.length_penalty,
-        max_tokens=args.max_tokens, **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}),
-        **decoding_options(args),
-    )
+    translations = translate_sentences(model, tokenizer, tagged, **decoding_settings(args))
     directions, start = {}, 0
     for name in names:
         source_lang, target_lang = name.split("-")
@@ -752,11 +749,8 @@ def _score_pivot(model, tokenizer, tests, names, args, identifier, directions: d
     """Translate `names` through `args.pivot`, add each one's ``pivot`` scores to `directions` and the ``pivot_*``
     averages to the groups made only of such directions, write DIRECTION/pivot_hypotheses.txt (and the
     intermediates, DIRECTION/pivot_{pivot}.txt); return the seconds."""
-    decoding = dict(num_beams=args.num_beams, length_penalty=args.length_penalty, max_tokens=args.max_tokens,
-                    **({} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}),
-                    **decoding_options(args))
     translations, intermediates, seconds = translate_through_pivot(model, tokenizer, tests, names, args.pivot,
-                                                                   **decoding)
+                                                                   **decoding_settings(args))
     for name, hypotheses in translations.items():
         target_lang = name.split("-")[1]
         references = [pair[target_lang] for pair in tests[name]]
