@@ -6,6 +6,7 @@
     python scripts/benchmark.py --compile_decoding # the family's decoding steps compiled (generate(compile_decoding=True))
     python scripts/benchmark.py --deployment       # base, every precision, bf16 training, CTranslate2, the shortlist,
                                                    # the int8 GEMM profile, the 12+12 vs 24+24 pair, the speed targets
+    python scripts/benchmark.py --show experiments/benchmark/records/avx2.json avx2-run19   # a kept run's tables
 
 Paths this CPU refuses to users (bfloat16 decoding and bf16 training without native bfloat16, int8 without a fast
 kernel) are listed as refused, with the reason, but not timed: without native bfloat16 they take longer than all
@@ -16,7 +17,14 @@ import argparse
 
 from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.cli import exit_on_error
-from nmt_toolkit.lab.benchmark import PRECISIONS, BenchmarkSettings, format_report, run_benchmark, write_report
+from nmt_toolkit.lab.benchmark import (
+    PRECISIONS,
+    BenchmarkSettings,
+    format_report,
+    kept_report,
+    run_benchmark,
+    write_report,
+)
 
 
 def main(argv=None):
@@ -57,7 +65,16 @@ def main(argv=None):
                         help="tell glibc's allocator to keep freed memory for the whole run, every row "
                              "(modeling_dwlstm.precision.keep_freed_memory)")
     parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
+    parser.add_argument("--show", nargs=2, metavar=("RECORDS", "RUN"),
+                        help="Measure nothing: print the tables of run RUN kept in RECORDS "
+                             "(experiments/benchmark/records/CLASS.json).")
     args = parser.parse_args(argv)
+    if args.show:
+        report = kept_report(*args.show)
+        kept = report["kept"]
+        print(f"{args.show[1]}: code {kept['code']}, {kept['date']} {kept['when']}\n    {kept['command']}\n")
+        print(format_report(report))
+        return
     settings = BenchmarkSettings(threads=args.threads, compile=args.compile, compile_decoding=args.compile_decoding,
                                  measure_memory=not args.no_memory,
                                  train_bf16=args.bf16_training, ctranslate2=args.ctranslate2, depth_pair=args.depth_pair,

@@ -1,7 +1,7 @@
 """Train deep models for a few hundred updates and record what reaches each layer (gradients, activations,
 depth-wise LSTM gates and how much of the embedding the cell still carries); write diagnosis.json and a picture.
 
-    python scripts/diagnose_depth.py --data path/to/multi30k --tokenizer experiments/results/multi30k-en-de/tokenizer \
+    python scripts/diagnose_depth.py --data path/to/multi30k --tokenizer experiments/multi30k-en-de/tokenizer \
         --configs hub_configs/dwlstm-base-6l.json hub_configs/residual-prenorm-base-6l.json \
         --d_model 128 --ffn_dim 512 --heads 4 --layers 12 --steps 300 --every 25 --output_dir diagnosis --threads 1
 

@@ -1,8 +1,8 @@
 """Run a results campaign from an experiment file: tokenizer, training, averaging, evaluation, table.
 
-    python scripts/run_experiments.py experiments/multi30k_en_de.json --threads 2
-    python scripts/run_experiments.py experiments/multi30k_en_de.json --only dwlstm residual-prenorm
-    python scripts/run_experiments.py experiments/multi30k_en_de.json --table_only   # the table so far
+    python scripts/run_experiments.py experiments/multi30k-en-de/experiment.json --threads 2
+    python scripts/run_experiments.py experiments/multi30k-en-de/experiment.json --only dwlstm residual-prenorm
+    python scripts/run_experiments.py experiments/multi30k-en-de/experiment.json --table_only   # the table so far
 
 Finished runs (those with a record in --record_dir) are skipped and interrupted ones resume from their
 newest checkpoint, so the same command continues a campaign after a stop; run twice, it does nothing the
@@ -26,11 +26,11 @@ from nmt_toolkit.lab.experiments import (
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", help="An experiment file (JSON), e.g. experiments/multi30k_en_de.json.")
+    parser.add_argument("experiment", help="An experiment file (JSON), e.g. experiments/multi30k-en-de/experiment.json.")
     parser.add_argument("--output_dir", default=None,
                         help="Checkpoints and models (large; default runs/experiments/NAME).")
     parser.add_argument("--record_dir", default=None,
-                        help="Tokenizer, per-run records, table and pictures (small; default experiments/results/NAME).")
+                        help="Tokenizer, per-run records, table and pictures (small; default experiments/NAME).")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads for every stage (OMP_NUM_THREADS).")
     parser.add_argument("--only", nargs="+", default=None, help="Run only these runs (by name).")
     parser.add_argument("--no_table", action="store_true", help="Do not write the table, even if every run is done.")

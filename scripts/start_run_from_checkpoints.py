@@ -4,7 +4,7 @@
         --checkpoints runs/experiments/A/m-seed1/train/checkpoint-2700 runs/experiments/A/m-seed1/train/checkpoint-3000 \\
         --train_dir runs/experiments/B/m-seed1/train \\
         --set model_name_or_path=$PWD/hub_configs/residual-prenorm-base-6l.json \\
-              tokenizer_name_or_path=experiments/results/B/tokenizer
+              tokenizer_name_or_path=experiments/B/tokenizer
 
 Copies the checkpoints into --train_dir (which must not exist), replaces the settings named with --set in each
 checkpoint's run_arguments.json (what resuming compares: the other experiment's paths are not this one's), and

@@ -33,6 +33,8 @@ from nmt_toolkit.lab.benchmark import (
     generate_forced,
     inference_copy,
     int8_gemm_share,
+    kept_report,
+    kept_reports,
     random_batch,
     random_words_tokenizer,
     registered_members,
@@ -447,11 +449,36 @@ KEPT_RECORD_VERDICTS = {  # each target's verdict column, in order, as the recor
 }
 
 
+RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "benchmark" / "records"
+KEPT_IN = {"final-run": "avx512-vnni-bf16", "deployment": "avx512-vnni-bf16", "int8run": "avx512-vnni-bf16",
+           "rerun": "avx512-vnni-bf16", "avx2-run1": "avx2"}
+
+
 @pytest.mark.parametrize("record", sorted(KEPT_RECORD_VERDICTS))
 def test_the_kept_records_still_format(record):
-    """The reports kept in experiments/benchmark/ render with today's format_report, including those written before
-    targets had verdicts (their `met`: True, False or None reads as met / MISSED / reported)."""
-    report = json.loads((Path(__file__).resolve().parents[1] / "experiments" / "benchmark" / f"{record}.json").read_text())
+    """The reports kept in experiments/benchmark/records/ (one file per CPU class) render with today's
+    format_report, including those written before targets had verdicts (their `met`: True, False or None reads as
+    met / MISSED / reported)."""
+    report = kept_report(RECORDS / f"{KEPT_IN[record]}.json", record)
     table = format_report(report)
     rows = [line for line in table.splitlines() if any(f"| {check['target']} [" in line for check in report["targets"])]
     assert [row.rstrip(" |").rsplit("| ", 1)[1] for row in rows] == KEPT_RECORD_VERDICTS[record]
+
+
+def test_every_kept_run_is_found_with_its_code_and_command(tmp_path, capsys):
+    """Each records file names every run once, with the commit it measured and the command; `--show` prints a kept
+    run's tables, and a run or file that is not there is a one-line error naming what is."""
+    runs = {name: kept_reports(RECORDS / f"{name}.json") for name in ("avx2", "avx512-vnni-bf16")}
+    assert len(runs["avx2"]) == 21 and len(runs["avx512-vnni-bf16"]) == 5
+    latest = runs["avx2"]["avx2-run19"]["kept"]
+    assert latest["code"] == "9929af2" and "--compile_decoding" in latest["command"]
+    assert all(report["machine"]["cpu_capability"] == "AVX2" for report in runs["avx2"].values())
+    run_script("benchmark", "--show", RECORDS / "avx2.json", "avx2-run19")
+    shown = capsys.readouterr().out
+    assert "code 9929af2" in shown and "| depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (beam4)" in shown
+    with pytest.raises(ValueError, match="keeps no run 'avx2-run99'; it keeps avx2-run1, "):
+        kept_report(RECORDS / "avx2.json", "avx2-run99")
+    single = tmp_path / "one.json"
+    single.write_text(json.dumps({"settings": {}}))
+    with pytest.raises(ValueError, match="is not a benchmark records file"):
+        kept_reports(single)

@@ -12,7 +12,9 @@ import pytest
 from conftest import MULTI30K, run_script
 
 from nmt_toolkit.lab.experiments import (
+    hypotheses,
     load_experiment,
+    read_record,
     record_history,
     run_experiments,
     start_run_from_checkpoints,
@@ -73,11 +75,18 @@ def test_runner_trains_evaluates_tabulates_skips_and_resumes(tmp_path):
     table = (record / "results.md").read_text()
     assert "| dwlstm |" in table and "| residual |" in table and results["sacrebleu_signature"] in table
     assert (record / "learning_curves_main.png").stat().st_size > 0 and (record / "test_bleu.png").stat().st_size > 0
-    info = json.loads((record / "dwlstm-seed1" / "record.json").read_text())
+    # One packed file per run holds what the table re-scores: the hypotheses, exactly as the evaluation wrote them.
+    assert sorted(path.name for path in (record / "records").iterdir()) == ["dwlstm-seed1.json.gz",
+                                                                            "residual-seed1.json.gz"]
+    packed = read_record(record, "dwlstm-seed1")
+    info, history = packed["info"], packed["history"]
     assert info["seed"] == 1 and "--seed 1" in info["commands"]["train"] and info["packages"]["torch"]
-    history = json.loads((record / "dwlstm-seed1" / "log_history.json").read_text())
     assert [entry["step"] for entry in history if "eval_loss" in entry] == [2, 4]
     assert all(entry["wall_time"] > 0 for entry in history)
+    evaluated = output / "dwlstm-seed1" / "test"
+    assert hypotheses(packed) == (evaluated / "hypotheses.txt").read_text(encoding="utf-8").splitlines()
+    assert packed["test"] == json.loads((evaluated / "results.json").read_text())
+    assert len(hypotheses(packed)) == 8
 
     # Everything is recorded: a second call does nothing and changes nothing.
     stamps = {path: path.stat().st_mtime_ns for path in record.rglob("*")}
@@ -87,7 +96,7 @@ def test_runner_trains_evaluates_tabulates_skips_and_resumes(tmp_path):
 
     # A run interrupted after its step-2 checkpoint (no record, no final model, no checkpoint-4) resumes there.
     train = output / "residual-seed1" / "train"
-    shutil.rmtree(record / "residual-seed1")
+    (record / "records" / "residual-seed1.json.gz").unlink()
     # The table so far: the finished run, the missing one listed as not run yet, no p-value without a baseline.
     done = run_experiments(experiment, output_dir=output, record_dir=record, only=["dwlstm"], table_so_far=True)
     assert done == ["skip dwlstm-seed1", f"table so far {record / 'results.md'} (1 runs have no record yet)"]
@@ -107,7 +116,7 @@ def test_runner_trains_evaluates_tabulates_skips_and_resumes(tmp_path):
         "skip dwlstm-seed1", "train residual-seed1", "average residual-seed1", "evaluate residual-seed1",
         "record residual-seed1", f"table {record / 'results.md'}"]
     assert done[1] == "train residual-seed1 (resumed from checkpoint-2)"
-    assert json.loads((record / "residual-seed1" / "record.json").read_text())["steps"] == 4
+    assert read_record(record, "residual-seed1")["info"]["steps"] == 4
     history = read_log_history(train)
     assert [entry["step"] for entry in history if "eval_loss" in entry] == [2, 4]
     wall = [entry["wall_time"] for entry in history]
@@ -138,7 +147,7 @@ def test_only_names_known_runs(tmp_path):
 
 
 def test_the_campaign_file_loads():
-    experiment = load_experiment(Path(__file__).resolve().parents[1] / "experiments" / "multi30k_en_de.json")
+    experiment = load_experiment(Path(__file__).resolve().parents[1] / "experiments" / "multi30k-en-de" / "experiment.json")
     assert {run.group for run in experiment.runs} == {"main", "family", "precision", "depth"}
     assert experiment.run("dwlstm-bf16").training["bf16"] is True
     assert experiment.run("dwlstm").seeds == [1, 2, 3] and experiment.run("residual-prenorm").seeds == [1, 2, 3]
@@ -194,16 +203,21 @@ def test_multilingual_campaign_with_a_fine_tuning_stage(tmp_path):
         f"tokenizer {record / 'tokenizer'}",
         *(f"{stage} {run}-seed1" for run in ("laln-lalt", "robt") for stage in ("train", "average", "evaluate", "record")),
         f"table {record / 'results.md'}"]
-    robt = json.loads((record / "robt-seed1" / "record.json").read_text())
+    robt = read_record(record, "robt-seed1")["info"]
     assert robt["from"] == "laln-lalt" and robt["steps"] == 1 and robt["robt_seconds"] > 0
     assert f"--model_name_or_path {output / 'laln-lalt-seed1' / 'averaged'}" in robt["commands"]["train"]
     assert "--robt 1.0" in robt["commands"]["train"] and "--config_overrides" not in robt["commands"]["train"]
-    assert "language_aware_norm=True,language_aware_transform=True" in json.loads(
-        (record / "laln-lalt-seed1" / "record.json").read_text())["commands"]["train"]
-    assert (record / "robt-seed1" / "test" / "de-fr" / "pivot_hypotheses.txt").is_file()
+    laln_lalt = read_record(record, "laln-lalt-seed1")
+    assert "language_aware_norm=True,language_aware_transform=True" in laln_lalt["info"]["commands"]["train"]
+    # Every direction's translations (and the zero-shot directions' pivot translations) are packed with the run.
+    packed = read_record(record, "robt-seed1")
+    evaluated = output / "robt-seed1" / "test"
+    assert {"test/de-fr/pivot_hypotheses.txt", "test/en-de/hypotheses.txt"} <= set(packed["files"])
+    assert hypotheses(packed, "de-fr") == (evaluated / "de-fr" / "hypotheses.txt").read_text().splitlines()
+    with pytest.raises(KeyError, match="has no test/xx-yy/hypotheses.txt"):
+        hypotheses(packed, "xx-yy")
     # Each direction's validation loss is kept, and their mean is the run's curve.
-    validation = [entry for entry in json.loads((record / "laln-lalt-seed1" / "log_history.json").read_text())
-                  if "eval_loss" in entry]
+    validation = [entry for entry in laln_lalt["history"] if "eval_loss" in entry]
     assert [entry["step"] for entry in validation] == [2]
     losses = [validation[0][f"eval_{pair}_loss"] for pair in ("en-de", "de-en", "en-fr", "fr-en")]
     assert validation[0]["eval_loss"] == pytest.approx(sum(losses) / 4, abs=1e-4)
@@ -246,7 +260,7 @@ def test_a_multilingual_experiment_naming_one_direction_too_is_refused(tmp_path)
 
 
 def test_the_multilingual_campaign_file_loads():
-    experiment = load_experiment(Path(__file__).resolve().parents[1] / "experiments" / "multi30k_multilingual.json")
+    experiment = load_experiment(Path(__file__).resolve().parents[1] / "experiments" / "multi30k-multilingual" / "experiment.json")
     assert experiment.multilingual and experiment.direction_flags() == ["--language_pairs",
                                                                          "en-de,de-en,en-fr,fr-en,en-cs,cs-en"]
     assert Path(experiment.data["dataset"]).name == "multi30k"
@@ -271,8 +285,8 @@ def test_the_bleu_picture_names_the_split_it_scored(tmp_path, monkeypatch):
     assert labels == ["val sacreBLEU\n(95% bootstrap interval)", "test sacreBLEU\n(95% bootstrap interval)"]
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*.json")),
-                         ids=lambda path: path.name)
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*/experiment.json")),
+                         ids=lambda path: path.parent.name)
 def test_every_experiment_file_loads(path):
     """Each campaign file in experiments/ passes the runner's checks (its configs exist, its baselines and stages
     name runs it lists), so a campaign started from it does not stop at its first or last run."""
@@ -310,9 +324,9 @@ def test_a_run_started_from_another_experiments_checkpoint_resumes_there(tmp_pat
     losses = [{entry["step"]: entry["eval_loss"] for entry in read_log_history(train) if "eval_loss" in entry}
               for train in (train_a, train_b)]
     assert list(losses[1]) == [2, 4] and losses[1][4] == pytest.approx(losses[0][4], abs=1e-6)
-    hypotheses = [(folder / "residual-seed1" / "test" / "hypotheses.txt").read_text() for folder in
+    translations = [(folder / "residual-seed1" / "test" / "hypotheses.txt").read_text() for folder in
                   (tmp_path / "runs-a", tmp_path / "runs-b")]
-    assert hypotheses[0] == hypotheses[1]
+    assert translations[0] == translations[1]
 
     # A finished run is copied whole: the runner averages and evaluates it without training.
     train_c = tmp_path / "runs-c" / "residual-seed1" / "train"
@@ -321,7 +335,7 @@ def test_a_run_started_from_another_experiments_checkpoint_resumes_there(tmp_pat
     done = run_experiments(experiment_b, output_dir=tmp_path / "runs-c", record_dir=tmp_path / "record-c", threads=1)
     assert [line.split(" (")[0] for line in done[1:-1]] == ["average residual-seed1", "evaluate residual-seed1",
                                                             "record residual-seed1"]
-    assert (tmp_path / "runs-c" / "residual-seed1" / "test" / "hypotheses.txt").read_text() == hypotheses[0]
+    assert (tmp_path / "runs-c" / "residual-seed1" / "test" / "hypotheses.txt").read_text() == translations[0]
 
 
 def test_start_run_from_checkpoints_refuses_a_damaged_checkpoint(tmp_path):

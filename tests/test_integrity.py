@@ -151,7 +151,7 @@ def test_claims_are_per_process_and_survive_the_folder_being_replaced(tmp_path):
 
 def test_a_second_campaign_is_refused_before_any_work(tmp_path):
     with claimed_by_another_run(tmp_path / "runs"), pytest.raises(ValueError, match="is in use by another run"):
-        run_experiments(REPOSITORY / "experiments" / "multi30k_en_de.json", output_dir=tmp_path / "runs",
+        run_experiments(REPOSITORY / "experiments" / "multi30k-en-de" / "experiment.json", output_dir=tmp_path / "runs",
                         record_dir=tmp_path / "records", only=["no-such-run"])
 
 

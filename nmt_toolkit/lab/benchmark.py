@@ -1218,11 +1218,36 @@ def write_report(report: dict, path: str | Path):
     atomic_write_json(path, report)
 
 
+def kept_reports(path: str | Path) -> dict[str, dict]:
+    """The reports kept in a records file (experiments/benchmark/records/CLASS.json: one file per CPU class, its
+    runs grouped by the code they measured), by run name. Each report gains `kept`: the version's commit, date,
+    conditions and command."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"No records file {path}; the kept ones are in experiments/benchmark/records/.") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); restore it from git.") from None
+    if not isinstance(value, dict) or "versions" not in value:
+        raise ValueError(f"{path} is not a benchmark records file (no `versions`): give one of "
+                         "experiments/benchmark/records/, or a single report's JSON to format_report.")
+    return {run: {**report, "kept": {key: version[key] for key in ("code", "date", "when", "command")}}
+            for version in value["versions"] for run, report in version["runs"].items()}
+
+
+def kept_report(path: str | Path, run: str) -> dict:
+    """One run's report from a records file (`kept_reports`)."""
+    reports = kept_reports(path)
+    if run not in reports:
+        raise ValueError(f"{path} keeps no run {run!r}; it keeps {', '.join(reports)}.")
+    return reports[run]
+
+
 __all__ = [
     "SIZES", "TARGETS", "PRECISIONS", "ENGINE_PRECISIONS", "DEPTH_PAIR", "BenchmarkSettings", "registered_members",
     "build_model", "inference_copy", "random_words_tokenizer", "ctranslate2_models", "ctranslate2_translators",
     "EngineProcess", "training_flops", "synthetic_shortlist", "shortlist_tasks", "int8_gemm_share", "step_matmul_rates",
     "decode_matmul_weights", "matmul_peak_flops", "training_step", "generate_forced", "translate_forced",
     "benchmark_depth_pair", "refused_routes", "refused_paths", "run_benchmark", "check_targets", "format_report",
-    "write_report",
+    "write_report", "kept_reports", "kept_report",
 ]

@@ -10,10 +10,11 @@ each stage a subprocess running the project's own script with the exact command 
 run here is a run a user can repeat by hand. Heavy outputs (checkpoints, averaged models) go to
 `output_dir` (default `runs/experiments/NAME`); what the table needs (the tokenizer, each run's test
 results, hypotheses, learning curve, commands, seed, git commit, package versions) goes to the small
-`record_dir` (default `experiments/results/NAME`), which is meant to be committed. A run whose record
-exists is finished and skipped; an interrupted training continues from its newest checkpoint (it loses
-at most one checkpoint interval); an interrupted averaging or evaluation starts over (their outputs
-are written to a staging folder and renamed when complete). Running the campaign twice does nothing the
+`record_dir` (default `experiments/NAME`, the study's folder), which is meant to be committed: one packed
+record per run, `records/RUN-seedN.json.gz` (`read_record`). A run whose record exists is finished and
+skipped; an interrupted training continues from its newest checkpoint (it loses at most one checkpoint
+interval); an interrupted averaging or evaluation starts over (their outputs are written to a staging
+folder and renamed when complete). Running the campaign twice does nothing the
 second time. Once every run has a record, `write_results_table` writes `results.md` and `results.json`
 (mean and spread over seeds, the median seed's sacreBLEU with its 95% bootstrap interval, the paired
 bootstrap against the baseline run) and the two pictures of `plotting.py`.
@@ -28,6 +29,7 @@ a run of one experiment begin from another experiment's checkpoints (or finished
 continues a campaign's model.
 """
 
+import gzip
 import json
 import logging
 import math
@@ -46,13 +48,14 @@ from safetensors import safe_open
 
 from ..checkpoints import RUN_ARGUMENTS_NAME, complete_checkpoints, record_saved_folder
 from ..data import load_parallel_corpus
-from ..evaluation import paired_bootstrap, read_lines, results_table, systems_table
+from ..evaluation import paired_bootstrap, results_table, systems_table
 from ..files import (
     atomic_directory,
     atomic_write_json,
     atomic_write_text,
     claim_output_dir,
     releasing_output_dirs,
+    split_lines,
     verify_checksums,
 )
 from .plotting import plot_bleu_intervals, plot_training, plot_zero_shot
@@ -196,13 +199,11 @@ def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | Non
     jobs = sorted(((index, run, seed, run_id) for run in selected
                    for index, (seed, run_id) in enumerate(zip(run.seeds, run.run_ids()))), key=lambda job: job[0])
     for _, run, seed, run_id in jobs:
-        if (record_dir / run_id / "record.json").is_file():
+        if has_record(record_dir, run_id):
             done.append(f"skip {run_id}")
             continue
-        _run_stages(experiment, run, seed, run_id, tokenizer, output_dir / run_id, record_dir / run_id,
-                    environment, done)
-    missing = [run_id for run in experiment.runs for run_id in run.run_ids()
-               if not (record_dir / run_id / "record.json").is_file()]
+        _run_stages(experiment, run, seed, run_id, tokenizer, output_dir / run_id, record_dir, environment, done)
+    missing = [run_id for run in experiment.runs for run_id in run.run_ids() if not has_record(record_dir, run_id)]
     if table and missing and table_so_far:
         write_results_table(experiment, record_dir, allow_missing=True)
         done.append(f"table so far {record_dir / 'results.md'} ({len(missing)} runs have no record yet)")
@@ -237,7 +238,7 @@ def _tokenizer_stage(experiment: Experiment, tokenizer_dir: Path, log: Path, env
 
 
 def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, tokenizer: Path, run_dir: Path,
-                record: Path, environment: dict, done: list[str]):
+                record_dir: Path, environment: dict, done: list[str]):
     data = experiment.data
     train_dir, averaged, test_dir = run_dir / "train", run_dir / "averaged", run_dir / "test"
     commands = {}
@@ -285,7 +286,7 @@ def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, to
                               f"{run.baseline} (with seed {seed}) first.")
         _staged(commands["evaluate"], test_dir, environment, f"evaluating {run_id}", run_dir / "evaluate.log")
         done.append(f"evaluate {run_id}")
-    _write_record(run, seed, run_id, commands, train_dir, averaged, test_dir, record, environment)
+    _write_record(run, seed, run_id, commands, train_dir, averaged, test_dir, record_dir, environment)
     done.append(f"record {run_id} ({time.time() - started:.0f} s)")
 
 
@@ -302,12 +303,11 @@ def _evaluation_flags(experiment: Experiment, run: RunSpec, baseline_test_dir: P
 
 
 def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_dir: Path, averaged: Path,
-                  test_dir: Path, record: Path, environment: dict):
-    """The small files the table needs, written to a staging folder and renamed: a record is whole or absent."""
+                  test_dir: Path, record_dir: Path, environment: dict):
+    """The small things the table needs, packed into one file (`pack_record`): a record is whole or absent."""
     state = json.loads((train_dir / "trainer_state.json").read_text())
     train_results = json.loads((train_dir / "train_results.json").read_text())
     config = json.loads((averaged / "config.json").read_text())
-    history = record_history(state["log_history"])
     wall_time = max((entry.get("wall_time", 0.0) for entry in state["log_history"]), default=0.0)
     info = {
         "run": run.name, "seed": seed, "group": run.group, "config": run.config and str(run.config),
@@ -322,14 +322,64 @@ def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_di
         "python": platform.python_version(), "packages": {name: _version(name) for name in PACKAGES},
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
     }
-    with atomic_directory(record, replace=True) as staging:
-        shutil.copy(test_dir / "results.json", staging / "test_results.json")
-        if (test_dir / "hypotheses.txt").is_file():
-            shutil.copy(test_dir / "hypotheses.txt", staging / "hypotheses.txt")
-        else:  # multilingual: DIRECTION/hypotheses.txt (and the pivot translations) per direction
-            shutil.copytree(test_dir, staging / "test", ignore=shutil.ignore_patterns("results.json"))
-        (staging / "log_history.json").write_text(json.dumps(history, indent=1) + "\n")
-        (staging / "record.json").write_text(json.dumps(info, indent=2) + "\n")
+    if (test_dir / "hypotheses.txt").is_file():
+        names = ["hypotheses.txt"]
+    else:  # multilingual: DIRECTION/hypotheses.txt (and the pivot translations) per direction
+        names = sorted(str(path.relative_to(test_dir)) for path in test_dir.rglob("*.txt"))
+        names = [f"test/{name}" for name in names]
+    files = {name: (test_dir / name.removeprefix("test/")).read_text(encoding="utf-8") for name in names}
+    pack_record(record_file(record_dir, run_id), info, json.loads((test_dir / "results.json").read_text()),
+                record_history(state["log_history"]), files)
+
+
+def record_file(record_dir: str | os.PathLike, run_id: str) -> Path:
+    """Where the packed record of `run_id` lives in a study's record folder."""
+    return Path(record_dir) / "records" / f"{run_id}.json.gz"
+
+
+def has_record(record_dir: str | os.PathLike, run_id: str) -> bool:
+    return record_file(record_dir, run_id).is_file()
+
+
+def pack_record(path: str | os.PathLike, info: dict, test: dict, history: list[dict], files: dict[str, str]) -> Path:
+    """One run's record as one gzip-compressed JSON: `record` (what ran, how, on what), `test_results` (the
+    evaluation's results.json), `log_history` (training and validation logs) and `files` (the hypotheses, by the
+    name the evaluation gave them: `hypotheses.txt`, or `test/DIRECTION/hypotheses.txt` and the pivot translations
+    for a multilingual run). Written to a temporary name and renamed; no timestamp inside, so the same record
+    packs to the same bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = {"record": info, "test_results": test, "log_history": history, "files": files}
+    data = gzip.compress((json.dumps(value, indent=1, ensure_ascii=False) + "\n").encode("utf-8"), mtime=0)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+    return path
+
+
+def read_record(record_dir: str | os.PathLike, run_id: str) -> dict:
+    """A packed record (`pack_record`) as {"id", "info", "test", "history", "files"}; `hypotheses(record)` gives
+    its translations as lines, to re-score."""
+    path = record_file(record_dir, run_id)
+    try:
+        value = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No record of {run_id} in {Path(record_dir) / 'records'}; run the campaign first.") \
+            from None
+    except (OSError, EOFError, ValueError) as error:
+        raise ValueError(f"{path} is not a packed record ({error}); restore it from git or run {run_id} again.") \
+            from None
+    return {"id": run_id, "info": value["record"], "test": value["test_results"], "history": value["log_history"],
+            "files": value["files"]}
+
+
+def hypotheses(record: dict, direction: str | None = None) -> list[str]:
+    """A record's translations, one per source in input order: a one-direction run's, or `direction`'s
+    (e.g. "de-fr") of a multilingual run."""
+    name = "hypotheses.txt" if direction is None else f"test/{direction}/hypotheses.txt"
+    if name not in record["files"]:
+        raise KeyError(f"The record of {record['id']} has no {name}; it has {sorted(record['files'])}.")
+    return split_lines(record["files"][name])
 
 
 def record_history(log_history: list[dict]) -> list[dict]:
@@ -352,8 +402,8 @@ def record_history(log_history: list[dict]) -> list[dict]:
 
 
 def default_record_dir(experiment: Experiment) -> Path:
-    """Where the small results of `experiment` go unless told otherwise: experiments/results/NAME."""
-    return Path("experiments") / "results" / experiment.name
+    """Where the small results of `experiment` go unless told otherwise: its study's folder, experiments/NAME."""
+    return Path("experiments") / experiment.name
 
 
 def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, allow_missing: bool = False) -> dict:
@@ -369,7 +419,7 @@ def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, a
     references = _references(experiment)
     rows, not_run = [], []
     for run in experiment.runs:
-        present = [run_id for run_id in run.run_ids() if (record_dir / run_id / "record.json").is_file()]
+        present = [run_id for run_id in run.run_ids() if has_record(record_dir, run_id)]
         if len(present) < len(run.seeds) and not allow_missing:
             missing = sorted(set(run.run_ids()) - set(present))
             raise FileNotFoundError(f"{record_dir}: no record yet for {', '.join(missing)}; run the campaign "
@@ -377,7 +427,7 @@ def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, a
         if not present:
             not_run.append(run)
             continue
-        records = [_read_record(record_dir / run_id) for run_id in present]
+        records = [read_record(record_dir, run_id) for run_id in present]
         scores = [record["test"]["sacrebleu"] for record in records]
         median = records[sorted(range(len(scores)), key=scores.__getitem__)[(len(scores) - 1) // 2]]
         rows.append({"run": run, "records": records, "median": median, "scores": scores})
@@ -387,11 +437,10 @@ def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, a
     table = []
     for row in rows:
         run, median = row["run"], row["median"]
-        hypotheses = read_lines(record_dir / median["id"] / "hypotheses.txt")
+
         has_baseline = run.baseline is not None and run.baseline != run.name and run.baseline in by_name
         baseline = by_name[run.baseline]["median"] if has_baseline else median
-        test = paired_bootstrap(hypotheses, read_lines(record_dir / baseline["id"] / "hypotheses.txt"), references,
-                                tokenized=False)
+        test = paired_bootstrap(hypotheses(median), hypotheses(baseline), references, tokenized=False)
         seconds = [record["info"]["training_wall_seconds"] for record in row["records"]]
         tokens = [record["info"]["source_tokens_seen"] or 0 for record in row["records"]]
         table.append({
@@ -414,7 +463,7 @@ def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, a
     results = {"experiment": experiment.name, "description": experiment.description, "data": experiment.data,
                "sacrebleu_signature": signature, "rows": table,
                "not_run_yet": [run_id for run in experiment.runs for run_id in run.run_ids()
-                               if not (record_dir / run_id / "record.json").is_file()]}
+                               if not has_record(record_dir, run_id)]}
     atomic_write_json(record_dir / "results.json", results)
     groups = list(dict.fromkeys(run.group for run in experiment.runs))
     for group in groups:
@@ -477,8 +526,8 @@ def write_multilingual_table(experiment: Experiment, record_dir: str | os.PathLi
     records, missing = {}, []
     for run in experiment.runs:
         for run_id in run.run_ids():
-            if (record_dir / run_id / "record.json").is_file():
-                records[run_id] = _read_record(record_dir / run_id)
+            if has_record(record_dir, run_id):
+                records[run_id] = read_record(record_dir, run_id)
             else:
                 missing.append(run_id)
     if missing and not allow_missing:
@@ -548,12 +597,6 @@ def _robt_seconds(log_history: list[dict]) -> float:
             seconds += entry.get("robt_seconds_per_update", 0.0) * (entry["step"] - previous)
             previous = entry["step"]
     return round(seconds, 2)
-
-
-def _read_record(record: Path) -> dict:
-    return {"id": record.name, "info": json.loads((record / "record.json").read_text()),
-            "test": json.loads((record / "test_results.json").read_text()),
-            "history": json.loads((record / "log_history.json").read_text())}
 
 
 def _references(experiment: Experiment) -> list[str]:
