@@ -297,7 +297,7 @@ class EngineProcess:
     """CTranslate2's translators in a child process, translating on request; the parent times each request.
 
     Why not in the benchmark's own process: there, after CTranslate2's first translation, PyTorch's int8
-    decoding ran 25-30% slower for the rest of the process (experiments/benchmark/ct2_interference.txt),
+    decoding ran 25-30% slower for the rest of the process (experiments/benchmark/README.md, 20:55),
     which would slow every generate() row interleaved after it. A request is one pipe round trip, well under
     a millisecond against tasks of 0.3-3 s."""
 
@@ -490,7 +490,7 @@ def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dic
 class ForbidEndOfSentence(LogitsProcessor):
     """Sets the end-of-sentence score to -inf in place: one column written per step. (`min_new_tokens` does the
     same with `torch.where` passes over all scores, 8-16% of beam-4 time at base in
-    experiments/benchmark/forced_length_ab.txt: a cost of the forced length, not of decoding.)"""
+    experiments/benchmark/README.md, 15:55: a cost of the forced length, not of decoding.)"""
 
     def __init__(self, eos_token_id: int):
         self.eos_token_id = eos_token_id
