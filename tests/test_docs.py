@@ -147,3 +147,53 @@ def test_nothing_cites_what_users_cannot_see(path):
     found = [f"{what}: {match.group(0)!r} on line {text.count(chr(10), 0, match.start()) + 1}"
              for what, pattern in FORBIDDEN.items() for match in pattern.finditer(text)]
     assert not found, f"{rel(path)} cites what users cannot see (cite papers by authors and year):\n  " + "\n  ".join(found)
+
+
+# A path into experiments/ named in prose or code (not the large run folders under runs/experiments/, a file in git
+# history such as 76ceeec:experiments/..., nor a pattern such as experiments/NAME): a table's source, which has to be
+# there to regenerate the table.
+EXPERIMENT_PATH = re.compile(r"(?<![\w./:-])experiments/[\w.-]+(?:/[\w.*-]+)*/?")
+SOURCE_DOCS = sorted({ROOT / "README.md", ROOT / "RESULTS.md", *ROOT.glob("docs/*.md"),
+                      *ROOT.glob("experiments/**/README.md")})
+
+
+def missing_sources(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    named = {match.group(0).rstrip(".") for match in EXPERIMENT_PATH.finditer(text)}
+    return sorted(name for name in named if not re.search(r"[A-Z*<]|NAME", name.split("/", 1)[1])
+                  and not (ROOT / name).exists())
+
+
+@pytest.mark.parametrize("path", SOURCE_DOCS, ids=rel)
+def test_every_named_experiments_file_exists(path):
+    """Every file or folder under experiments/ that a table or claim names (by link, in code or in prose) is in the
+    repository, so each table can be regenerated from what is kept."""
+    missing = missing_sources(path)
+    assert not missing, f"{rel(path)} names experiments/ files that are not there:\n  " + "\n  ".join(missing)
+
+
+def test_a_missing_source_is_found(tmp_path):
+    document = tmp_path / "doc.md"
+    document.write_text("From `experiments/benchmark/records/avx2.json` and experiments/benchmark/gone.txt; "
+                        "runs/experiments/x/y is a run folder, experiments/NAME a pattern, "
+                        "`git show 76ceeec:experiments/old.txt` a file in history.\n")
+    assert missing_sources(document) == ["experiments/benchmark/gone.txt"]
+
+
+DATED_HEADING = re.compile(r"\b(?:19|20)\d\d-\d\d(?:-\d\d)?\b|\b(?:January|February|March|April|May|June|July|"
+                           r"August|September|October|November|December) \d|\b(?:morning|evening|night)\)")
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("docs/**/*.md")), ids=rel)
+def test_no_user_page_has_a_dated_heading(path):
+    """The user docs say what is true now; the history of how it was found (dated passes, rounds) belongs to the
+    study's README under experiments/."""
+    dated = [heading for _, heading in HEADING.findall(FENCE.sub("", path.read_text(encoding="utf-8")))
+             if DATED_HEADING.search(heading)]
+    assert not dated, f"{rel(path)} has dated headings (move the history to experiments/<study>/README.md): {dated}"
+
+
+def test_a_dated_heading_is_found():
+    assert DATED_HEADING.search("Round three, fourth pass, on the AVX2 CPU (2026-11-27, night)")
+    assert DATED_HEADING.search("Run 5 (November 24)") and DATED_HEADING.search("The third pass (evening)")
+    assert not DATED_HEADING.search("What may import what") and not DATED_HEADING.search("Xu et al. 2024, Table 7")
