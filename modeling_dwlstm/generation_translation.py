@@ -50,14 +50,18 @@ implement, transformers' loop decodes with the same restriction (`ShortlistLogit
 beam search).
 """
 
+import copy
+import dataclasses
 import math
+import os
+import shutil
+import warnings
 import weakref
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from torch._inductor import cpp_builder
-from transformers import CompileConfig, GenerationMixin
+from transformers import CompileConfig, GenerationConfig, GenerationMixin
 from transformers.cache_utils import EncoderDecoderCache, StaticLayer
 from transformers.generation.logits_process import (
     ForcedBOSTokenLogitsProcessor,
@@ -86,6 +90,9 @@ TOPK_BLOCK = 64  # columns per block of `row_topk`
 # The generation-config entries this module adds (`generate(..., name=value)` sets them for one call).
 DECODING_OPTIONS = {"lean_decoding": True, "use_shortlist": False, "compile_decoding": False}
 COMPILED_CALLS = weakref.WeakKeyDictionary()  # module -> (CompileConfig, its compiled __call__): `compiled_call`
+# transformers 5.24 renamed the outputs' `past_key_values` to `cache`: the installed version's name.
+OUTPUT_CACHE_FIELD = next(name for name in ("cache", "past_key_values")
+                          if name in {field.name for field in dataclasses.fields(GenerateEncoderDecoderOutput)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,63 +170,135 @@ class ShortlistLogitsMask(LogitsProcessor):
 # ---------------------------------------------------------------------------------------------
 
 # Processors this loop applies itself, as columns of the scores written in place, on the full vocabulary or a
-# shortlist. Exact types: a subclass may do something else (without a shortlist it is called as it is).
+# shortlist. Exact types: a subclass may do something else (it is called as it is).
 COLUMN_PROCESSORS = (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor, SuppressTokensLogitsProcessor,
                      SuppressTokensAtBeginLogitsProcessor, ForcedBOSTokenLogitsProcessor, ForcedEOSTokenLogitsProcessor)
+# generate()'s caches that this loop keeps: the growing one and the static one (`cache_implementation`).
+CACHE_IMPLEMENTATIONS = (None, "dynamic", "static")
 
 
-def lean_refusal(model, generation_config, logits_processor, model_kwargs, streamer=None, synced_gpus=False,
-                 columns: "OutputColumns | None" = None) -> str | None:
-    """Why this loop cannot decode this call (transformers' loop then does), or None."""
+def call_generation_config(model, kwargs: dict) -> GenerationConfig:
+    """The generation config of a generate() call: the one given (or the model's) updated with the call's
+    keyword arguments, as generate() will make it (`GenerationConfig.update`)."""
+    config = copy.deepcopy(kwargs.get("generation_config") or model.generation_config)
+    for name, default in DECODING_OPTIONS.items():
+        if not hasattr(config, name):
+            setattr(config, name, default)
+    config.update(**{name: value for name, value in kwargs.items() if name != "generation_config"})
+    return config
+
+
+def lean_refusal(generation_config: GenerationConfig, kwargs: dict) -> str | None:
+    """Why this loop cannot decode a generate() call with these settings (transformers' loop then does), or None."""
     config = generation_config
     if not getattr(config, "lean_decoding", True):
         return "lean_decoding=False"
+    given_cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    mode = config.get_generation_mode(kwargs.get("assistant_model")).value
     checks = [
-        (config.do_sample, "sampling (do_sample=True)"),
-        (synced_gpus, "synced_gpus"),
-        (streamer is not None, "a streamer"),
-        (config.is_assistant, "assisted decoding"),
+        (kwargs.get("custom_generate") is not None, "a custom_generate of the caller"),
+        (mode not in ("greedy_search", "beam_search"), f"{mode.replace('_', ' ')} (this loop: greedy and beam search)"),
+        (bool(kwargs.get("synced_gpus")), "synced_gpus"),
+        (kwargs.get("streamer") is not None, "a streamer"),
+        (getattr(config, "is_assistant", False), "assisted decoding"),
         (config.return_dict_in_generate and (config.output_attentions or config.output_hidden_states
-                                             or config.output_logits), "output_attentions, output_hidden_states or output_logits"),
-        (not model_kwargs.get("use_cache"), "use_cache=False"),
-        (config.prefill_chunk_size is not None, "prefill_chunk_size"),
-        (config.max_length is None, "no max_length"),
+                                             or config.output_logits),
+         "output_attentions, output_hidden_states or output_logits"),
+        (config.use_cache is False, "use_cache=False"),
+        (getattr(config, "prefill_chunk_size", None) is not None, "prefill_chunk_size"),
         (getattr(config, "low_memory", None), "low_memory"),
-        (not isinstance(model_kwargs.get("cache"), EncoderDecoderCache), "a cache that is not an EncoderDecoderCache"),
+        (config.cache_implementation not in CACHE_IMPLEMENTATIONS, f"cache_implementation={config.cache_implementation!r}"),
+        (given_cache is not None and not isinstance(given_cache, EncoderDecoderCache),
+         "a cache that is not an EncoderDecoderCache"),
+        ("inputs_embeds" in kwargs and getattr(config, "use_shortlist", False), "inputs_embeds with a shortlist"),
     ]
-    for refused, reason in checks:
-        if refused:
-            return reason
-    if columns is not None:
-        unknown = [type(processor).__name__ for processor in logits_processor if type(processor) not in COLUMN_PROCESSORS]
-        if unknown:
-            return f"the logits processors {unknown}, which a shortlist cannot restrict"
-        if columns.projection is None:
-            return f"an output projection a shortlist cannot restrict ({type(model.get_output_embeddings()).__name__})"
-    return None
+    return next((reason for refused, reason in checks if refused), None)
 
 
-def decode(model, greedy: bool, input_ids, logits_processor, stopping_criteria, generation_config,
-           synced_gpus=False, streamer=None, inputs_tensor=None, **model_kwargs):
-    """`generate()`'s greedy search (`greedy`) or beam search for `model`: this module's loop when it can, else
-    transformers' (`lean_refusal`); with the batch's shortlist when the generation config says `use_shortlist`."""
+def translation_generate(model, inputs=None, **kwargs):
+    """`generate()` for the family: transformers' `GenerationMixin.generate` prepares the call (configuration,
+    processors, stopping criteria, encoder output, cache) and hands greedy and beam search to this module's
+    loop through its public `custom_generate` argument; any other call runs transformers' own loop, with a
+    warning where the caller asked for something only this loop does (a shortlist, compiled steps)."""
+    if kwargs.get("max_new_tokens") is not None and kwargs.get("max_length") is None:
+        # The call's length wins over the saved max_length (the papers' 256) without transformers' warning that
+        # both were set: the saved one is a default, not the caller's.
+        kwargs["generation_config"] = copy.deepcopy(kwargs.get("generation_config") or model.generation_config)
+        kwargs["generation_config"].max_length = None
+    config = call_generation_config(model, kwargs)
+    reason = lean_refusal(config, kwargs)
+    if reason is None:
+        return GenerationMixin.generate(model, inputs, custom_generate=lean_search, **kwargs)
+    asked = [name for name in ("use_shortlist", "compile_decoding") if getattr(config, name, False)]
+    if asked and reason != "lean_decoding=False":  # never silent where the caller asked for this loop's options
+        warnings.warn(f"generate(): {' and '.join(asked)} decode in transformers' loop here, because of {reason}: "
+                      "the shortlist is a mask over the whole vocabulary there, and no step is compiled.",
+                      stacklevel=3)
+    else:
+        logger.info(f"Decoding with transformers' loop: {reason}.")
+    if getattr(config, "use_shortlist", False):
+        source_ids = kwargs.get("input_ids", inputs)
+        allowed = batch_shortlist_ids(model, config, source_ids, kwargs.get("attention_mask"),
+                                      kwargs.get("decoder_input_ids"), kwargs.get("logits_processor") or ())
+        # -inf outside, then renormalised where beam search has normalised
+        mask = [ShortlistLogitsMask(allowed), *([] if config.num_beams == 1 else [LogitNormalization()])]
+        kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or ()), *mask])
+    return GenerationMixin.generate(model, inputs, **kwargs)
+
+
+def lean_search(model, input_ids, logits_processor, stopping_criteria, generation_config, inputs_tensor=None,
+                **model_kwargs):
+    """The `custom_generate` that generate() calls after its preparation: greedy or beam search, over the
+    batch's shortlist when the generation config says `use_shortlist`. `model_kwargs` carry the encoder
+    output, its mask and the cache (as `cache`, or `past_key_values` before transformers 5.24)."""
+    cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
+    if not isinstance(cache, EncoderDecoderCache):
+        raise RuntimeError(f"generate() prepared a {type(cache).__name__} cache where this model's decoding needs an "
+                           "EncoderDecoderCache; decode with lean_decoding=False and report the transformers version.")
+    state = DecodingInputs(model, model_kwargs, cache)
     columns = None
     if getattr(generation_config, "use_shortlist", False):
-        columns = batch_shortlist(model, generation_config, inputs_tensor, model_kwargs.get("attention_mask"),
+        ids = batch_shortlist_ids(model, generation_config, inputs_tensor, model_kwargs.get("attention_mask"),
                                   input_ids, logits_processor)
-    reason = lean_refusal(model, generation_config, logits_processor, model_kwargs, streamer, synced_gpus, columns)
-    if reason is None:
-        search = lean_greedy_search if greedy else lean_beam_search
-        return search(model, input_ids, logits_processor, stopping_criteria, generation_config, columns, **model_kwargs)
-    logger.info(f"Decoding with transformers' loop: {reason}.")
-    if columns is not None:  # the same restriction: -inf outside, renormalised where beam search has normalised
-        logits_processor = LogitsProcessorList([ShortlistLogitsMask(columns.ids), *([] if greedy else [LogitNormalization()]),
-                                                *logits_processor])
-    if greedy:
-        return GenerationMixin._sample(model, input_ids, logits_processor, stopping_criteria, generation_config,
-                                       synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
-    return GenerationMixin._beam_search(model, input_ids, logits_processor, stopping_criteria, generation_config,
-                                        synced_gpus=synced_gpus, **model_kwargs)
+        columns = OutputColumns(ids.to(model.device), shortlist_projection(model, ids), model.config.vocab_size)
+    search = lean_greedy_search if generation_config.num_beams == 1 else lean_beam_search
+    return search(model, input_ids, logits_processor, stopping_criteria, generation_config, columns, state)
+
+
+class DecodingInputs:
+    """What each decoding step's forward is given: the encoder output and mask, the decoder's own mask (one more
+    position per step), and the cache, which the forward fills in place."""
+
+    def __init__(self, model, model_kwargs: dict, cache: EncoderDecoderCache):
+        self.cache = cache
+        self.fixed = {name: model_kwargs[name] for name in ("encoder_outputs", "attention_mask")
+                      if model_kwargs.get(name) is not None}
+        self.decoder_attention_mask = model_kwargs.get("decoder_attention_mask")
+        self.device = model.device
+
+    def step(self, decoder_input_ids: torch.Tensor, first: bool = False) -> dict:
+        """The forward's inputs for the tokens so far, `decoder_input_ids` (rows, length): the positions not yet
+        in the cache (all of them at the first step, unless the caller's cache holds some)."""
+        if not first and self.decoder_attention_mask is not None:
+            mask = self.decoder_attention_mask
+            self.decoder_attention_mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=-1)
+        new = decoder_input_ids.shape[1] - int(self.cache.get_seq_length()) if first else 1
+        inputs = {**self.fixed, "decoder_input_ids": decoder_input_ids[:, -new:].to(self.device),
+                  "past_key_values": self.cache, "use_cache": True}
+        if self.decoder_attention_mask is not None:
+            inputs["decoder_attention_mask"] = self.decoder_attention_mask
+        return inputs
+
+
+def special_token_tensors(model, generation_config, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(pad, end-of-sentence ids) of the call as tensors: the pad id falls back to the first end-of-sentence id, as in
+    transformers' loop."""
+    eos = generation_config.eos_token_id
+    eos = model.config.eos_token_id if eos is None else eos
+    eos = None if eos is None else torch.as_tensor(eos, device=device).long().reshape(-1)
+    pad = generation_config.pad_token_id
+    pad = eos[0] if pad is None and eos is not None else pad
+    return (None if pad is None else torch.as_tensor(pad, device=device).long()), eos
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,10 +307,11 @@ def decode(model, greedy: bool, input_ids, logits_processor, stopping_criteria, 
 
 
 class OutputColumns:
-    """The token ids a decoding step scores, `ids` (sorted), and the output projection onto them."""
+    """The token ids a decoding step scores, `ids` (sorted) of a vocabulary of `vocab_size`, and the output
+    projection onto them."""
 
-    def __init__(self, ids: torch.Tensor, projection):
-        self.ids, self.projection = ids, projection
+    def __init__(self, ids: torch.Tensor, projection, vocab_size: int):
+        self.ids, self.projection, self.vocab_size = ids, projection, vocab_size
 
     def positions(self, token_ids: torch.Tensor) -> torch.Tensor:
         """The columns of `token_ids` that are among `ids` (the others are left out)."""
@@ -243,68 +323,59 @@ class OutputColumns:
         return self.ids[positions]
 
 
-def batch_shortlist(model, generation_config, inputs_tensor, attention_mask, decoder_input_ids,
-                    logits_processor) -> OutputColumns:
-    """The shortlist's columns for this batch: the union of its sources' rows, the special tokens, the tokens the
-    processors force and the decoder prompt."""
+def batch_shortlist_ids(model, generation_config, source_ids, attention_mask, decoder_input_ids,
+                        logits_processor) -> torch.Tensor:
+    """The shortlist's token ids for this batch (sorted): the union of its sources' rows, the special tokens, the
+    tokens the generation config or the processors force, and the decoder prompt."""
     shortlist = getattr(model, "shortlist", None)
     if shortlist is None:
         raise ValueError("use_shortlist=True, but this model has no shortlist: build one with scripts/build_shortlist.py "
                          "(nmt_toolkit.shortlist) and load the model from the folder it was written to.")
-    if inputs_tensor is None or inputs_tensor.dtype.is_floating_point or inputs_tensor.dim() != 2 or (inputs_tensor < 0).any():
+    if (not isinstance(source_ids, torch.Tensor) or source_ids.dtype.is_floating_point or source_ids.dim() != 2
+            or (source_ids < 0).any()):
         raise ValueError("use_shortlist=True needs the source token ids (`input_ids`): the shortlist is chosen from them, "
                          "and this call gave none (e.g. only `encoder_outputs`).")
     if shortlist.vocab_size != model.config.vocab_size:
         raise ValueError(f"The shortlist covers {shortlist.vocab_size} source tokens but the model has "
                          f"{model.config.vocab_size}: build it again with the model's tokenizer.")
-    specials = [generation_config.decoder_start_token_id, generation_config.bos_token_id, generation_config.pad_token_id,
-                model.config.eos_token_id]
-    eos = generation_config._eos_token_tensor
+    config = generation_config
+    specials = [config.decoder_start_token_id, config.bos_token_id, config.pad_token_id, model.config.eos_token_id,
+                config.forced_bos_token_id]
+    eos = [config.eos_token_id, config.forced_eos_token_id]
     forced = [torch.as_tensor(getattr(processor, name)).flatten() for processor in logits_processor
               for name in ("bos_token_id", "eos_token_id") if type(processor) in COLUMN_PROCESSORS and hasattr(processor, name)]
-    extra = [torch.tensor([token for token in specials if token is not None], dtype=torch.long), decoder_input_ids.flatten(),
-             *([eos.flatten()] if eos is not None else []), *forced]
-    if attention_mask is not None and attention_mask.shape[0] != inputs_tensor.shape[0]:  # expanded for the beams
-        attention_mask = attention_mask[:: attention_mask.shape[0] // inputs_tensor.shape[0]]
-    ids = shortlist.candidates(inputs_tensor, attention_mask, torch.cat([part.cpu().long() for part in extra]))
-    ids = ids[ids < model.config.vocab_size]
+    extra = [torch.tensor([token for token in specials if token is not None], dtype=torch.long),
+             *[torch.as_tensor(token).flatten() for token in eos if token is not None], *forced]
+    if decoder_input_ids is not None:
+        extra.append(decoder_input_ids.flatten())
+    if attention_mask is not None and attention_mask.shape[0] != source_ids.shape[0]:  # expanded for the beams
+        attention_mask = attention_mask[:: attention_mask.shape[0] // source_ids.shape[0]]
+    ids = shortlist.candidates(source_ids, attention_mask, torch.cat([part.cpu().long() for part in extra]))
+    return ids[ids < model.config.vocab_size]
+
+
+def shortlist_projection(model, ids: torch.Tensor):
+    """The output projection onto the rows `ids`; where it cannot be restricted (e.g. a LoRA wrapper), the whole
+    projection and then its columns `ids`."""
+    projection = model.get_output_embeddings()
     try:
-        projection = output_rows(model.get_output_embeddings(), ids)
-    except ValueError:  # e.g. a LoRA wrapper: transformers' loop masks the full projection instead
-        projection = None
-    return OutputColumns(ids.to(model.device), projection)
-
-
-def first_step_inputs(model, input_ids, generation_config, model_kwargs: dict) -> dict:
-    """The first forward's inputs, as `GenerationMixin._prefill` makes them (without chunks: `lean_refusal`); a
-    cache given by the caller may already hold part of `input_ids`."""
-    next_sequence_length = None
-    cache = model_kwargs.get("cache")
-    if cache is not None and not all(cache.is_linear):
-        attention_mask = model_kwargs.get("decoder_attention_mask")
-        mask_length = attention_mask.shape[1] if attention_mask is not None else getattr(generation_config, "_mask_length", -1)
-        if mask_length == input_ids.shape[1]:
-            next_sequence_length = input_ids.shape[1] - cache.get_seq_length()
-    return model.prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length,
-                                               is_first_iteration=True, **model_kwargs)
+        return output_rows(projection, ids)
+    except ValueError:
+        return lambda hidden: projection(hidden)[..., ids.to(hidden.device)]
 
 
 class StepForward:
     """What runs a decoding step's forward: the model, or with a shortlist its encoder-decoder `model.model` (the
     loop projects onto the shortlist's columns itself). With `compile_decoding`, or where transformers' loop would
-    compile (`_valid_auto_compile_criteria`: a static cache and a `compile_config`, or a GPU), the steps after the
-    first two go through `torch.compile`, with the cache's length marked as a dynamic size (torch.compile would
-    specialise the second step's length of 1, then compile once more for the third's), so that one graph serves
-    the whole decode."""
+    compile (a static cache, with a `compile_config` or on a GPU), the steps after the first two go through
+    `torch.compile`, with the cache's length marked as a dynamic size (torch.compile would specialise the second
+    step's length of 1, then compile once more for the third's), so that one graph serves the whole decode."""
 
-    def __init__(self, model, generation_config, model_kwargs: dict, columns: "OutputColumns | None"):
+    def __init__(self, model, generation_config, cache: EncoderDecoderCache, columns: "OutputColumns | None"):
         self.module = model if columns is None else model.model
         self.compiled = None
-        if getattr(generation_config, "compile_decoding", False):
-            config = generation_config.compile_config or decoding_compile_config()
-        elif model._valid_auto_compile_criteria(model_kwargs, generation_config):
-            config = generation_config.compile_config or model._default_compile_config()
-        else:
+        config = step_compile_config(model, generation_config, cache)
+        if config is None:
             return
         check_cpp_compiler(model, config)
         register_packed_weights(model)  # a copied int8 model's projections (fbgemm route) need theirs registered
@@ -313,26 +384,38 @@ class StepForward:
     def __call__(self, step: int, model_inputs: dict):
         if self.compiled is None or step < 2:
             return self.module(**model_inputs, return_dict=True)
-        for layer in model_inputs["cache"].self_attention_cache.layers:
+        for layer in model_inputs["past_key_values"].self_attention_cache.layers:
             if not isinstance(layer, StaticLayer):
                 torch._dynamo.maybe_mark_dynamic(layer.keys, 2)  # (B, heads, length, head size)
                 torch._dynamo.maybe_mark_dynamic(layer.values, 2)
         return self.compiled(self.module, **model_inputs, return_dict=True)
 
 
+def step_compile_config(model, generation_config, cache: EncoderDecoderCache) -> CompileConfig | None:
+    """The torch.compile options of the decoding steps, or None to run them eagerly: `compile_decoding`'s; else,
+    as transformers' loop decides, a static cache's with the caller's `compile_config` or on a GPU."""
+    if getattr(generation_config, "compile_decoding", False):
+        return generation_config.compile_config or decoding_compile_config()
+    if getattr(generation_config, "disable_compile", False) or not cache.self_attention_cache.is_compileable:
+        return None
+    if generation_config.compile_config is not None:
+        return generation_config.compile_config
+    return CompileConfig() if model.device.type in ("cuda", "xpu") else None
+
+
 def check_cpp_compiler(model, compile_config: CompileConfig):
     """torch.compile's default compiler (inductor) builds C++ for a CPU: refused with what to do, before decoding,
-    where no C++ compiler is found (it would fail at the first compiled step)."""
+    where no C++ compiler is found (it would fail at the first compiled step). Looked up as inductor looks it
+    up: the CXX variable, else a compiler on the PATH."""
     if compile_config.backend != "inductor" or model.device.type != "cpu":
         return
-    try:
-        cpp_builder.get_cpp_compiler()
-    except Exception as error:
+    candidates = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
+    if not any(shutil.which(name) for name in candidates):
         raise RuntimeError(
             "compile_decoding on a CPU needs a C++ compiler for torch.compile's inductor, and none was found "
-            f"({type(error).__name__}). Install g++ or clang++ (or point the CXX variable at one), or decode without "
-            "compile_decoding."
-        ) from error
+            f"(looked for {', '.join(candidates)}). Install g++ or clang++ (or point the CXX variable at one), or "
+            "decode without compile_decoding."
+        )
 
 
 def decoding_compile_config() -> CompileConfig:
@@ -374,12 +457,15 @@ def step_scores(forward: StepForward, step: int, model_inputs: dict, columns: Ou
 def apply_processors(logits_processor, input_ids: torch.Tensor, scores: torch.Tensor,
                      columns: OutputColumns | None) -> torch.Tensor:
     """The processors, in their order: the column ones written in place, any other called as transformers' loop
-    calls it (only without a shortlist: `lean_refusal`)."""
+    calls it; with a shortlist, on the whole vocabulary's scores (-inf outside the shortlist), of which the
+    shortlist's columns are kept."""
     for processor in logits_processor:
         if type(processor) in COLUMN_PROCESSORS:
             scores = apply_column_processor(processor, input_ids.shape[-1], scores, columns)
-        else:
+        elif columns is None:
             scores = processor(input_ids, scores)
+        else:
+            scores = processor(input_ids, full_vocabulary_scores(scores, columns, columns.vocab_size))[:, columns.ids]
     return scores
 
 
@@ -495,24 +581,21 @@ def best_continuations(log_probs: torch.Tensor, beam_scores: torch.Tensor, k: in
 
 
 def lean_greedy_search(model, input_ids, logits_processor, stopping_criteria, generation_config,
-                       columns: OutputColumns | None, **model_kwargs):
-    """`GenerationMixin._sample` without sampling: argmax over the output projection's tensor, no float32 copy, the
-    tokens written into one buffer."""
-    pad_token_id = generation_config._pad_token_tensor
+                       columns: OutputColumns | None, inputs: DecodingInputs):
+    """Greedy search as transformers' loop does it (`GenerationMixin._sample` without sampling): argmax over the
+    output projection's tensor, no float32 copy, the tokens written into one buffer."""
+    pad_token_id, _ = special_token_tensors(model, generation_config, input_ids.device)
     output_scores = generation_config.return_dict_in_generate and generation_config.output_scores
     scores = () if output_scores else None
     has_eos_stopping_criteria = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
     batch_size, length = input_ids.shape
-    if pad_token_id is not None:
-        pad_token_id = pad_token_id.to(input_ids.device)
     tokens = input_ids.new_empty(batch_size, max(generation_config.max_length, length + 1))  # (B, max_length)
     tokens[:, :length] = input_ids
     unfinished_sequences = torch.ones(batch_size, dtype=torch.long, device=input_ids.device)
-    model_inputs = first_step_inputs(model, input_ids, generation_config, model_kwargs)
-    forward = StepForward(model, generation_config, model_kwargs, columns)
+    model_inputs = inputs.step(input_ids, first=True)
+    forward = StepForward(model, generation_config, inputs.cache, columns)
     while True:
         outputs, logits = step_scores(forward, length - input_ids.shape[1], model_inputs, columns)  # (B, V or S)
-        model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
         del outputs
         next_token_scores = apply_processors(logits_processor, tokens[:, :length], logits, columns)
         if scores is not None:
@@ -527,31 +610,88 @@ def lean_greedy_search(model, input_ids, logits_processor, stopping_criteria, ge
         unfinished_sequences = unfinished_sequences & ~stopping_criteria(tokens[:, :length], scores)
         if unfinished_sequences.max() == 0 or length == tokens.shape[1]:
             break
-        model_inputs = model.prepare_inputs_for_generation(tokens[:, :length], next_sequence_length=1, **model_kwargs)
+        model_inputs = inputs.step(tokens[:, :length])
     sequences = tokens[:, :length].clone()
     if not generation_config.return_dict_in_generate:
         return sequences
-    return GenerateEncoderDecoderOutput(sequences=sequences, scores=scores, cache=model_kwargs.get("cache"))
+    return GenerateEncoderDecoderOutput(sequences=sequences, scores=scores, **{OUTPUT_CACHE_FIELD: inputs.cache})
 
 
 # ---------------------------------------------------------------------------------------------
 # Beam search
 # ---------------------------------------------------------------------------------------------
+# The beams of the batch's sentences are kept as (sentences, beams, ...) tensors: the running hypotheses (the best
+# `beams` of each sentence still open) and the finished ones, with their scores and the beam each token came from.
+
+
+def gather_beams(tensor: torch.Tensor, beam_indices: torch.Tensor) -> torch.Tensor:
+    """tensor[sentence, beam_indices[sentence, k], ...] for every sentence and k: (sentences, k, ...)."""
+    while beam_indices.dim() < tensor.dim():
+        beam_indices = beam_indices.unsqueeze(-1)
+    return torch.take_along_dim(tensor, beam_indices, dim=1)
+
+
+def running_beams(topk_log_probs, topk_sequences, topk_beam_indices, finished_now, num_beams: int):
+    """The `num_beams` best candidates that did not just finish: the hypotheses that go on to the next step."""
+    open_scores = topk_log_probs + finished_now.to(torch.float32) * -1.0e9
+    best = torch.topk(open_scores, k=num_beams)[1]
+    return (gather_beams(topk_sequences, best), gather_beams(open_scores, best),
+            gather_beams(topk_beam_indices, best))
+
+
+def update_finished_beams(finished, topk_sequences, topk_log_probs, topk_beam_indices, finished_now,
+                          improvable, top_num_beam_mask, cur_len: int, prompt_length: int, length_penalty: float,
+                          early_stopping):
+    """The finished hypotheses after this step: the old ones and the candidates that just ended among each
+    sentence's `num_beams` best, ranked by score / length ** length_penalty (Wu et al. 2016); `finished` is
+    (sequences, scores, beam_indices, is_finished), each (sentences, num_beams, ...)."""
+    sequences, beam_scores, beam_indices, is_finished = finished
+    num_beams = beam_scores.shape[1]
+    just_finished = finished_now & top_num_beam_mask[None, :]
+    candidate_scores = topk_log_probs / ((cur_len + 1 - prompt_length) ** length_penalty)
+    full = torch.all(is_finished, dim=-1, keepdim=True) & (early_stopping is True)
+    candidate_scores += full.to(torch.float32) * -1.0e9
+    candidate_scores += (~improvable).to(torch.float32) * -1.0e9
+    candidate_scores += (~just_finished) * -1.0e9
+    merged_scores = torch.cat((beam_scores, candidate_scores), dim=1)
+    best = torch.topk(merged_scores, k=num_beams)[1]
+    return (gather_beams(torch.cat((sequences, topk_sequences), dim=1), best), gather_beams(merged_scores, best),
+            gather_beams(torch.cat((beam_indices, topk_beam_indices), dim=1), best),
+            gather_beams(torch.cat((is_finished, just_finished), dim=1), best))
+
+
+def still_improvable(improvable, running_scores, beam_scores, is_finished, cur_len: int, max_length: int,
+                     prompt_length: int, early_stopping, length_penalty: float) -> torch.Tensor:
+    """(sentences, 1): whether a running hypothesis can still beat the worst finished one of its sentence (with
+    early_stopping="never" and a positive length penalty, at the longest length it could reach)."""
+    if early_stopping == "never" and length_penalty > 0.0:
+        best_length = max_length - prompt_length
+    else:
+        best_length = cur_len - prompt_length
+    best_running = running_scores[:, :1] / (best_length**length_penalty)
+    worst_finished = torch.where(is_finished, torch.min(beam_scores, dim=1, keepdim=True)[0], -1.0e9)
+    return improvable & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
+
+
+def beams_to_go_on(improvable, is_finished, finished_now, early_stopping) -> bool:
+    """Whether another step can change the result."""
+    improvement_possible = torch.any(improvable)
+    open_beam = ~(torch.all(is_finished) & (early_stopping is True))
+    return bool(improvement_possible & open_beam & ~torch.all(finished_now))
 
 
 def lean_beam_search(model, input_ids, logits_processor, stopping_criteria, generation_config,
-                     columns: OutputColumns | None, **model_kwargs):
-    """`GenerationMixin._beam_search` without sampling, its scores computed in place (see the module docstring); the
-    hypotheses are kept by its own helpers, so ties and finished beams are handled as there."""
-    pad_token_id = generation_config._pad_token_tensor
-    eos_token_id = generation_config._eos_token_tensor
+                     columns: OutputColumns | None, inputs: DecodingInputs):
+    """Beam search as transformers' loop does it (`GenerationMixin._beam_search` without sampling), its scores
+    computed in place (see the module docstring); ties and finished beams are handled as there."""
+    pad_token_id, eos_token_id = special_token_tensors(model, generation_config, input_ids.device)
     output_scores = generation_config.return_dict_in_generate and generation_config.output_scores
     early_stopping, length_penalty = generation_config.early_stopping, generation_config.length_penalty
     max_length, num_beams = generation_config.max_length, generation_config.num_beams
     num_return_sequences = generation_config.num_return_sequences
-    batch_size_unflattened, cur_len = input_ids.shape[:2]
-    batch_size = batch_size_unflattened // num_beams
-    decoder_prompt_len = cur_len
+    rows, cur_len = input_ids.shape[:2]
+    batch_size = rows // num_beams
+    prompt_length = cur_len
     device = input_ids.device
     # 2 x beams candidates per sentence (more with several EOS tokens), so that `num_beams` stay open when the best
     # ones all end.
@@ -564,24 +704,23 @@ def lean_beam_search(model, input_ids, logits_processor, stopping_criteria, gene
     output_fill_value = pad_token_id or eos_token_id[0] if eos_token_id is not None else -1
     running_sequences = torch.full((batch_size, num_beams, max_length), fill_value=output_fill_value,
                                    dtype=torch.int64, device=device)
-    running_sequences[:, :, :cur_len] = model._unflatten_beam_dim(input_ids, batch_size, num_beams)
-    sequences = running_sequences.detach().clone()
+    running_sequences[:, :, :cur_len] = input_ids.view(batch_size, num_beams, cur_len)
     running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float, device=device)
     running_beam_scores[:, 1:] = -1e9  # only the first beam's continuations at the first step
-    beam_scores = torch.full((batch_size, num_beams), fill_value=-1e9, dtype=torch.float, device=device)
-    is_sent_finished = torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device)
-    is_early_stop_heuristic_unsatisfied = torch.ones((batch_size, 1), dtype=torch.bool, device=device)
     running_beam_indices = torch.full((batch_size, num_beams, max_length - cur_len), fill_value=-1,
                                       dtype=torch.int32, device=device)
-    beam_indices = running_beam_indices.detach().clone()
+    finished = (running_sequences.detach().clone(),
+                torch.full((batch_size, num_beams), fill_value=-1e9, dtype=torch.float, device=device),
+                running_beam_indices.detach().clone(),
+                torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device))
+    improvable = torch.ones((batch_size, 1), dtype=torch.bool, device=device)
     batch_offset = torch.arange(batch_size, device=device).view(-1, 1) * num_beams
 
     flat_running_sequences = input_ids
-    model_inputs = first_step_inputs(model, input_ids, generation_config, model_kwargs)
-    forward = StepForward(model, generation_config, model_kwargs, columns)
+    model_inputs = inputs.step(input_ids, first=True)
+    forward = StepForward(model, generation_config, inputs.cache, columns)
     while True:
-        outputs, log_probs = step_scores(forward, cur_len - decoder_prompt_len, model_inputs, columns)  # (B * beams, V or S)
-        model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
+        outputs, log_probs = step_scores(forward, cur_len - prompt_length, model_inputs, columns)  # (B * beams, V or S)
         del outputs
         torch.log_softmax(log_probs, dim=-1, out=log_probs)
         log_probs = apply_processors(logits_processor, flat_running_sequences, log_probs, columns).contiguous()
@@ -595,58 +734,40 @@ def lean_beam_search(model, input_ids, logits_processor, stopping_criteria, gene
         topk_ids = topk_indices % columns_per_beam
         if columns is not None:
             topk_ids = columns.token_ids(topk_ids)
-        topk_running_beam_indices = model._gather_beams(running_beam_indices, topk_current_beam_indices)
-        topk_running_sequences = model._gather_beams(running_sequences, topk_current_beam_indices)
+        topk_running_beam_indices = gather_beams(running_beam_indices, topk_current_beam_indices)
+        topk_running_sequences = gather_beams(running_sequences, topk_current_beam_indices)
         topk_running_sequences[:, :, cur_len] = topk_ids
-        topk_running_beam_indices[:, :, cur_len - decoder_prompt_len] = topk_current_beam_indices + batch_offset
+        topk_running_beam_indices[:, :, cur_len - prompt_length] = topk_current_beam_indices + batch_offset
 
-        next_token_hits_stopping_criteria = stopping_criteria(
-            model._flatten_beam_dim(topk_running_sequences[:, :, : cur_len + 1]), all_scores)
-        next_token_hits_stopping_criteria = model._unflatten_beam_dim(next_token_hits_stopping_criteria, batch_size,
-                                                                      beams_to_keep)
-        running_sequences, running_beam_scores, running_beam_indices = model._get_running_beams_for_next_iteration(
-            topk_log_probs=topk_log_probs, topk_running_sequences=topk_running_sequences,
-            topk_running_beam_indices=topk_running_beam_indices,
-            next_token_hits_stopping_criteria=next_token_hits_stopping_criteria, num_beams=num_beams,
-        )
-        sequences, beam_scores, beam_indices, is_sent_finished = model._update_finished_beams(
-            sequences=sequences, topk_running_sequences=topk_running_sequences, beam_scores=beam_scores,
-            topk_log_probs=topk_log_probs, beam_indices=beam_indices, topk_running_beam_indices=topk_running_beam_indices,
-            is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied, is_sent_finished=is_sent_finished,
-            next_token_hits_stopping_criteria=next_token_hits_stopping_criteria, top_num_beam_mask=top_num_beam_mask,
-            num_beams=num_beams, cur_len=cur_len, decoder_prompt_len=decoder_prompt_len, length_penalty=length_penalty,
-            early_stopping=early_stopping,
-        )
-        beam_idx = model._flatten_beam_dim(running_beam_indices[..., cur_len - decoder_prompt_len])
-        reorder_cache(model_kwargs["cache"], beam_idx)
+        finished_now = stopping_criteria(topk_running_sequences[:, :, : cur_len + 1].flatten(0, 1), all_scores)
+        finished_now = finished_now.view(batch_size, beams_to_keep)
+        running_sequences, running_beam_scores, running_beam_indices = running_beams(
+            topk_log_probs, topk_running_sequences, topk_running_beam_indices, finished_now, num_beams)
+        finished = update_finished_beams(finished, topk_running_sequences, topk_log_probs, topk_running_beam_indices,
+                                         finished_now, improvable, top_num_beam_mask, cur_len, prompt_length,
+                                         length_penalty, early_stopping)
+        reorder_cache(inputs.cache, running_beam_indices[..., cur_len - prompt_length].flatten())
 
         cur_len = cur_len + 1
-        is_early_stop_heuristic_unsatisfied = model._check_early_stop_heuristic(
-            is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
-            running_beam_scores=running_beam_scores, beam_scores=beam_scores, is_sent_finished=is_sent_finished,
-            cur_len=cur_len, max_length=max_length, decoder_prompt_len=decoder_prompt_len,
-            early_stopping=early_stopping, length_penalty=length_penalty,
-        )
-        if not model._beam_search_has_unfinished_sequences(is_early_stop_heuristic_unsatisfied, is_sent_finished,
-                                                           next_token_hits_stopping_criteria, early_stopping):
+        improvable = still_improvable(improvable, running_beam_scores, finished[1], finished[3], cur_len, max_length,
+                                      prompt_length, early_stopping, length_penalty)
+        if not beams_to_go_on(improvable, finished[3], finished_now, early_stopping):
             break
-        flat_running_sequences = model._flatten_beam_dim(running_sequences[:, :, :cur_len])
-        model_inputs = model.prepare_inputs_for_generation(flat_running_sequences, next_sequence_length=1, **model_kwargs)
+        flat_running_sequences = running_sequences[:, :, :cur_len].flatten(0, 1)
+        model_inputs = inputs.step(flat_running_sequences)
 
     # The best `num_return_sequences` per sentence, cut to the longest generated length.
-    sequences = model._flatten_beam_dim(sequences[:, :num_return_sequences, :])
-    beam_scores = model._flatten_beam_dim(beam_scores[:, :num_return_sequences])
-    beam_indices = model._flatten_beam_dim(beam_indices[:, :num_return_sequences, :])
+    sequences, beam_scores, beam_indices, _ = (part[:, :num_return_sequences].flatten(0, 1) for part in finished)
     max_generated_length = ((beam_indices + 1).bool()).sum(dim=1).max()
-    sequences = sequences[:, :decoder_prompt_len + max_generated_length]
+    sequences = sequences[:, :prompt_length + max_generated_length]
     beam_indices = beam_indices[:, :max_generated_length]
     if not generation_config.return_dict_in_generate:
         return sequences
     return GenerateBeamEncoderDecoderOutput(
         sequences=sequences, sequences_scores=beam_scores if output_scores else None, scores=all_scores,
-        beam_indices=beam_indices, cache=model_kwargs.get("cache"),
+        beam_indices=beam_indices, **{OUTPUT_CACHE_FIELD: inputs.cache},
     )
 
 
-__all__ = ["DECODING_OPTIONS", "SHORTLIST_FILE", "Shortlist", "ShortlistLogitsMask", "load_shortlist", "decode",
-           "lean_refusal"]
+__all__ = ["DECODING_OPTIONS", "SHORTLIST_FILE", "Shortlist", "ShortlistLogitsMask", "load_shortlist",
+           "translation_generate", "lean_refusal"]

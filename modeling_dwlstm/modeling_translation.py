@@ -46,7 +46,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import logging
 
 from .configuration_translation import TranslationTransformerConfig
-from .generation_translation import DECODING_OPTIONS, SHORTLIST_FILE, Shortlist, decode, load_shortlist
+from .generation_translation import DECODING_OPTIONS, SHORTLIST_FILE, Shortlist, load_shortlist, translation_generate
 from .loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
 from .precision import is_quantized, linear_modules
 
@@ -209,9 +209,11 @@ def padding_mask(attention_mask: torch.Tensor | None, shape: tuple[int, int]) ->
     return attention_mask.bool()[:, None, None, :]
 
 
-def causal_mask(batch: int, query_length: int, key_length: int, attention_mask: torch.Tensor | None, device) -> torch.Tensor | None:
-    """Query t (at absolute position past + t) sees keys 0..past + t, minus padded keys.
-    A single new query with no padding needs no mask at all (the fast path of cached decoding)."""
+def causal_mask(batch: int, query_length: int, key_length: int, attention_mask: torch.Tensor | None, device,
+                past=None) -> torch.Tensor | None:
+    """Query t (at absolute position past + t) sees keys 0..past + t, minus padded keys. `past` is given for a
+    static cache, whose keys are its whole length (`key_length`) with the positions past + t filled so far.
+    A single new query with no padding over a growing cache needs no mask at all (the fast path of cached decoding)."""
     if attention_mask is not None and attention_mask.dim() == 4:
         # Ready-made (batch, 1, query, keys) mask, as generate() passes with a static cache, whose keys
         # are the cache's full length rather than past + new.
@@ -219,9 +221,12 @@ def causal_mask(batch: int, query_length: int, key_length: int, attention_mask: 
             raise ValueError(f"A 4D decoder_attention_mask must have shape ({batch}, 1, {query_length}, keys), "
                              f"got {tuple(attention_mask.shape)}.")
         return attention_mask.bool() if attention_mask.dtype == torch.bool else attention_mask == 0
-    if query_length == 1 and attention_mask is None:
+    static = past is not None
+    if query_length == 1 and attention_mask is None and not static:
         return None
-    past = key_length - query_length
+    past = key_length - query_length if past is None else past
+    if static and attention_mask is not None:  # the positions not filled yet are masked by causality
+        attention_mask = F.pad(attention_mask, (0, key_length - attention_mask.shape[1]), value=1)
     query_positions = torch.arange(query_length, device=device)[:, None] + past
     allowed = torch.arange(key_length, device=device)[None, :] <= query_positions  # (Tq, Tk)
     mask = allowed[None, None]
@@ -715,7 +720,13 @@ class TranslationDecoder(TranslationStack):
             raise ValueError(
                 f"Decoder batch ({hidden.shape[0]}) and encoder batch ({encoder_hidden_states.shape[0]}{shared}) differ."
             )
-        self_mask = causal_mask(hidden.shape[0], hidden.shape[1], past_length + hidden.shape[1], attention_mask, hidden.device)
+        self_cache = past_key_values.self_attention_cache if past_key_values is not None else None
+        if self_cache is not None and self_cache.is_compileable:  # a static cache: keys over its whole length
+            self_mask = causal_mask(hidden.shape[0], hidden.shape[1], self_cache.layers[0].max_cache_len, attention_mask,
+                                    hidden.device, past=past_length)
+        else:
+            self_mask = causal_mask(hidden.shape[0], hidden.shape[1], past_length + hidden.shape[1], attention_mask,
+                                    hidden.device)
         encoder_mask = padding_mask(encoder_attention_mask, encoder_hidden_states.shape[:2])
         state = self.layers[0].initial_state(hidden)
         all_hidden, self_attentions, cross_attentions = [state.output], [], []
@@ -1116,7 +1127,7 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         for name, default in DECODING_OPTIONS.items():  # so that generate(..., use_shortlist=True) is a generation option
             if not hasattr(self.generation_config, name):
                 setattr(self.generation_config, name, default)
-        return super().generate(inputs, **kwargs)
+        return translation_generate(self, inputs, **kwargs)
 
     def mask_from_padding(self, input_ids: torch.Tensor) -> torch.Tensor | None:
         """The attention mask of padded sources given without one: transformers 5 no longer derives it from the pad id
@@ -1126,19 +1137,6 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         if pad is None or pad == eos or not bool((input_ids == pad).any()):
             return None
         return input_ids.ne(pad).long()
-
-    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                streamer=None, inputs_tensor=None, **model_kwargs):
-        """Greedy search (and, in transformers' loop, sampling): `generation_translation.decode`. `inputs_tensor`,
-        the source token ids, is what `generate()` passes to a decoding method that names it (for the shortlist)."""
-        return decode(self, True, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
-                      streamer, inputs_tensor, **model_kwargs)
-
-    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                     inputs_tensor=None, **model_kwargs):
-        """Beam search: `generation_translation.decode`."""
-        return decode(self, False, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
-                      None, inputs_tensor, **model_kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):

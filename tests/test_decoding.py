@@ -361,14 +361,16 @@ def test_options_the_loop_does_not_implement_run_in_transformers_loop(settings, 
     assert_same_output(ours, theirs)
 
 
+class NumberTokens:
+    """A tokenizer for a streamer: token ids written as numbers."""
+
+    def decode(self, ids, **kwargs):
+        return " ".join(map(str, ids))
+
+
 def test_a_streamer_and_an_assistant_run_in_transformers_loop(lean_calls):
     model = tiny_model("dwlstm")
-
-    class Tokens:
-        def decode(self, ids, **kwargs):
-            return " ".join(map(str, ids))
-
-    streamer = TextStreamer(Tokens())
+    streamer = TextStreamer(NumberTokens())
     model.generate(SOURCES[:1], max_new_tokens=4, num_beams=1, streamer=streamer)
     model.generate(SOURCES[:1], max_new_tokens=4, num_beams=1, assistant_model=tiny_model("dwlstm", seed=1))
     assert lean_calls == {"greedy": 0, "beam": 0}
@@ -447,14 +449,35 @@ def test_a_shortlist_holding_the_winners_decodes_what_the_full_vocabulary_does(c
     assert torch.equal(model.generate(SOURCES, attention_mask=MASK, num_beams=3, use_shortlist=True, **settings), beam)
 
 
-def test_a_processor_the_shortlist_cannot_restrict_runs_in_transformers_loop_with_the_shortlist(lean_calls):
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_processor_of_the_whole_vocabulary_is_applied_over_the_shortlist_in_the_loop(num_beams, lean_calls):
+    """A processor this loop does not know is called on the whole vocabulary's scores (-inf outside the
+    shortlist), and the shortlist's columns of its result are kept: the banned token never appears."""
     model = tiny_model("dwlstm")
     model.shortlist = random_shortlist(model.config.vocab_size)
     union = model.shortlist.candidates(SOURCES, MASK)
-    output = model.generate(SOURCES, attention_mask=MASK, num_beams=3, max_new_tokens=6, use_shortlist=True,
-                            logits_processor=LogitsProcessorList([BanToken(int(union[-1]))]))
-    assert lean_calls == {"greedy": 0, "beam": 0}
-    assert torch.isin(output, union[:-1]).all()
+    settings = dict(attention_mask=MASK, num_beams=num_beams, max_new_tokens=6, use_shortlist=True)
+    unbanned = model.generate(SOURCES, **settings)
+    banned = int(unbanned[0, 1])  # the first sentence's first token
+    output = model.generate(SOURCES, **settings, logits_processor=LogitsProcessorList([BanToken(banned)]))
+    assert lean_calls == {"greedy": 2 * int(num_beams == 1), "beam": 2 * int(num_beams > 1)}
+    assert torch.isin(output, union).all() and not torch.isin(banned, output)
+
+
+def test_a_shortlist_in_transformers_loop_is_said_with_the_reason():
+    """Asking for a shortlist or compiled steps where only transformers' loop can decode (here: sampling) warns
+    with the reason, and the shortlist still restricts transformers' loop."""
+    model = tiny_model("dwlstm")
+    model.shortlist = random_shortlist(model.config.vocab_size)
+    union = model.shortlist.candidates(SOURCES, MASK)
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match="use_shortlist decode in transformers' loop here, because of sample"):
+        output = model.generate(SOURCES, attention_mask=MASK, do_sample=True, num_beams=1, max_new_tokens=6,
+                                use_shortlist=True)
+    assert torch.isin(output[:, 1:], union).all()
+    with pytest.warns(UserWarning, match="compile_decoding decode in transformers' loop here, because of a streamer"):
+        model.generate(SOURCES[:1], num_beams=1, max_new_tokens=3, compile_decoding=True,
+                       streamer=TextStreamer(NumberTokens()))
 
 
 def test_the_shortlist_is_off_by_default_and_refused_when_missing():
@@ -617,11 +640,12 @@ def test_compiled_decoding_with_inductor_decodes_what_eager_decoding_decodes(fre
 
 
 def test_compiled_decoding_without_a_cpp_compiler_is_refused_before_decoding(monkeypatch, fresh_compiler):
-    def no_compiler():
-        raise RuntimeError("no working C++ compiler found")
-
-    monkeypatch.setattr(generation_translation.cpp_builder, "get_cpp_compiler", no_compiler)
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(generation_translation.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match="Install g\\+\\+ or clang\\+\\+"):
+        tiny_model("dwlstm").generate(SOURCES, attention_mask=MASK, max_new_tokens=4, compile_decoding=True)
+    monkeypatch.setenv("CXX", "/no/such/compiler")
+    with pytest.raises(RuntimeError, match="looked for /no/such/compiler"):
         tiny_model("dwlstm").generate(SOURCES, attention_mask=MASK, max_new_tokens=4, compile_decoding=True)
 
 
