@@ -1,12 +1,15 @@
 """Decoding for the translation models: greedy and beam search without needless passes over the scores, and a
 vocabulary shortlist.
 
-`TranslationTransformerForConditionalGeneration` runs `generate()`'s greedy search and beam search here (it overrides
-`_sample` and `_beam_search`, which `generate()` looks up on the model's class), and so does the translation
-pipeline, which calls `generate()`. The output is transformers' own loop's (`GenerationMixin._sample` and
-`_beam_search`), token for token and score for score: the same forward passes, the same operations on the
-same numbers, the same bookkeeping of hypotheses (its helpers are called). What changes is what happens to the
-(rows, vocabulary) scores at each step:
+`TranslationTransformerForConditionalGeneration.generate` is transformers' `GenerationMixin.generate`, which
+prepares the call (generation config, logits processors, stopping criteria, encoder output, cache) and hands
+greedy and beam search to `lean_search` here through its public `custom_generate` argument; so does the
+translation pipeline, which calls `generate()`. The loop uses only public transformers APIs (the cache classes,
+the processors and stopping criteria as callables, the output classes), so it does not depend on how a release
+arranges its own loop. Its output is transformers' own loop's, token for token and score for score: the same
+forward passes, the same operations on the same numbers, the same bookkeeping of hypotheses (the tests compare
+the two under every tested transformers version). What changes is what happens to the (rows, vocabulary) scores
+at each step:
 
     transformers' loop                                  this loop
     logits copied to a new float32 tensor              the output projection's float32 tensor itself
@@ -24,10 +27,11 @@ rescaled once on the `torch._int_mm` route, `precision.Int8Projection`; fbgemm's
 `precision.FbgemmInt8Projection`), and the log-softmax runs in place over them. bfloat16 logits are converted to
 float32 once, as transformers' loop converts them.
 
-What this loop does not implement runs in transformers' loop, never ignored (`lean_refusal` says why, logged at
-info level): sampling, streamers, synchronised GPUs, assisted decoding, returning logits, attentions or hidden
-states, decoding without a cache, chunked prefill, and (with a shortlist) logits processors that it cannot apply to
-a part of the vocabulary.
+What this loop does not implement runs in transformers' loop, never ignored (`lean_refusal` says why): sampling
+and the other search methods, streamers, synchronised GPUs, assisted decoding, returning logits, attentions or
+hidden states, decoding without a cache, chunked prefill, and caches other than the growing and the static one.
+That is logged at info level, and warned where the call asked for a shortlist or compiled steps, which only this
+loop has.
 
 Compiled decoding steps: `generate(..., compile_decoding=True)` (or `model.generation_config.compile_decoding =
 True`; off by default) runs every step after the first two through `torch.compile` (`StepForward`), greedy and beam
@@ -45,7 +49,8 @@ allowed (the most frequent ones, the special ones). `generate(..., use_shortlist
 source tokens, and every decoding step projects onto that union only: the output projection, the log-softmax and
 the top-k run over its columns, and the model's distribution is renormalised over it. The table is
 `Shortlist`; `save_pretrained` writes it beside the weights (`shortlist.safetensors`) and `from_pretrained` reads it
-back; `nmt_toolkit.shortlist` builds it from a corpus. Where a shortlist meets an option this loop does not
+back; `nmt_toolkit.shortlist` builds it from a corpus. A logits processor this loop does not know is called on
+the whole vocabulary's scores, -inf outside the shortlist. Where a shortlist meets an option this loop does not
 implement, transformers' loop decodes with the same restriction (`ShortlistLogitsMask`, and renormalisation in
 beam search).
 """
@@ -74,10 +79,7 @@ from transformers.generation.logits_process import (
     SuppressTokensAtBeginLogitsProcessor,
     SuppressTokensLogitsProcessor,
 )
-from transformers.generation.utils import (
-    GenerateBeamEncoderDecoderOutput,
-    GenerateEncoderDecoderOutput,
-)
+from transformers.generation import GenerateBeamEncoderDecoderOutput, GenerateEncoderDecoderOutput
 from transformers.utils import cached_file, logging
 
 from .precision import output_rows, register_packed_weights
