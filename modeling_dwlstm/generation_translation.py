@@ -68,6 +68,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import CompileConfig, GenerationConfig, GenerationMixin
 from transformers.cache_utils import EncoderDecoderCache, StaticLayer
+from transformers.generation import GenerateBeamEncoderDecoderOutput, GenerateEncoderDecoderOutput
 from transformers.generation.logits_process import (
     ForcedBOSTokenLogitsProcessor,
     ForcedEOSTokenLogitsProcessor,
@@ -79,7 +80,6 @@ from transformers.generation.logits_process import (
     SuppressTokensAtBeginLogitsProcessor,
     SuppressTokensLogitsProcessor,
 )
-from transformers.generation import GenerateBeamEncoderDecoderOutput, GenerateEncoderDecoderOutput
 from transformers.utils import cached_file, logging
 
 from .precision import output_rows, register_packed_weights
