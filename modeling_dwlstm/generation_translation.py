@@ -64,6 +64,7 @@ import warnings
 import weakref
 
 import torch
+import transformers
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import CompileConfig, GenerationConfig, GenerationMixin
@@ -217,6 +218,11 @@ def lean_refusal(generation_config: GenerationConfig, kwargs: dict) -> str | Non
     return next((reason for refused, reason in checks if refused), None)
 
 
+# transformers' static cache layers count their filled positions from 5.4 on (before, a layer is written at the
+# positions the caller passes, which this model's attention does not).
+STATIC_CACHE_COUNTS_POSITIONS = hasattr(StaticLayer(1), "cumulative_length")
+
+
 def translation_generate(model, inputs=None, **kwargs):
     """`generate()` for the family: transformers' `GenerationMixin.generate` prepares the call (configuration,
     processors, stopping criteria, encoder output, cache) and hands greedy and beam search to this module's
@@ -228,6 +234,9 @@ def translation_generate(model, inputs=None, **kwargs):
         kwargs["generation_config"] = copy.deepcopy(kwargs.get("generation_config") or model.generation_config)
         kwargs["generation_config"].max_length = None
     config = call_generation_config(model, kwargs)
+    if config.cache_implementation == "static" and not STATIC_CACHE_COUNTS_POSITIONS:
+        raise ValueError(f"cache_implementation='static' needs transformers 5.4 or newer (installed: "
+                         f"{transformers.__version__}); decode with the default cache, or upgrade transformers.")
     reason = lean_refusal(config, kwargs)
     if reason is None:
         return GenerationMixin.generate(model, inputs, custom_generate=lean_search, **kwargs)
