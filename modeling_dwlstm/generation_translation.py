@@ -60,6 +60,7 @@ import dataclasses
 import math
 import os
 import shutil
+import types
 import warnings
 import weakref
 
@@ -393,13 +394,13 @@ class StepForward:
         self.compiled = compiled_call(self.module, config)
 
     def __call__(self, step: int, model_inputs: dict):
-        if self.compiled is None or step < 2:
+        if self.compiled is None or step < 2 or COMPILED_CALLS[self.module][1] is None:  # eager; or past the limit
             return self.module(**model_inputs, return_dict=True)
         for layer in model_inputs["past_key_values"].self_attention_cache.layers:
             if not isinstance(layer, StaticLayer):
                 torch._dynamo.maybe_mark_dynamic(layer.keys, 2)  # (B, heads, length, head size)
                 torch._dynamo.maybe_mark_dynamic(layer.values, 2)
-        return self.compiled(self.module, **model_inputs, return_dict=True)
+        return run_compiled(self.module, self.compiled, model_inputs)
 
 
 def step_compile_config(model, generation_config, cache: EncoderDecoderCache) -> CompileConfig | None:
@@ -438,15 +439,49 @@ def decoding_compile_config() -> CompileConfig:
 
 
 def compiled_call(module, compile_config: CompileConfig):
-    """`module.__call__` through torch.compile with `compile_config`, made once per module and configuration (its
+    """`module(**inputs)` through torch.compile with `compile_config`, made once per module and configuration (its
     compiled graphs are kept for the shapes seen). Called with the module first: `compiled_call(m, c)(m, **inputs)`.
-    Kept beside the module rather than in it, so that a copy of the module (`copy.deepcopy` keeps a function as
-    it is) never runs the original's weights."""
+    Each module compiles its own copy of `call_module`'s code: torch.compile keeps its graphs, and counts
+    recompilations against its limit, per code object, so one model's shapes, dtypes or precision never use up
+    another's (a process serving two models, or evaluating checkpoints in a loop, keeps each one compiled). Kept
+    beside the module rather than in it, so that a copy of the module (`copy.deepcopy` keeps a function as it is)
+    never runs the original's weights."""
     config, compiled = COMPILED_CALLS.get(module, (None, None))
     if config != compile_config:
-        compiled = torch.compile(type(module).__call__, **compile_config.to_dict())
+        compiled = torch.compile(own_code(call_module), **compile_config.to_dict())
         COMPILED_CALLS[module] = (compile_config, compiled)
     return compiled
+
+
+def call_module(module, **inputs):
+    """What `compiled_call` compiles: torch.compile's graphs belong to this frame's code (a copy per module), and it
+    traces the module's own `__call__` and `forward` inside it."""
+    return module(**inputs)
+
+
+def own_code(function):
+    """`function` with a code object of its own (the same instructions, globals and defaults)."""
+    return types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
+                              function.__defaults__, function.__closure__)
+
+
+def run_compiled(module, compiled, model_inputs: dict):
+    """A compiled step; where torch.compile has compiled this model's step as often as its recompile limit allows,
+    the step runs eagerly from then on, said once in a warning with torch.compile's reason (otherwise only its
+    log would say it)."""
+    try:
+        # raise instead of running eagerly without a word (the setting's name in older torch releases: the second)
+        setting = next(name for name in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit")
+                       if hasattr(torch._dynamo.config, name))
+        with torch._dynamo.config.patch(**{setting: True}):
+            return compiled(module, **model_inputs, return_dict=True)
+    except torch._dynamo.exc.FailOnRecompileLimitHit as error:
+        COMPILED_CALLS[module] = (COMPILED_CALLS[module][0], None)
+        warnings.warn(f"compile_decoding: this model's decoding step reached torch.compile's recompile limit "
+                      f"({torch._dynamo.config.recompile_limit} graphs) and runs eagerly from now on ({error}). "
+                      "Decode batches of fewer distinct shapes, or raise torch._dynamo.config.recompile_limit.",
+                      stacklevel=2)
+        return module(**model_inputs, return_dict=True)
 
 
 def step_scores(forward: StepForward, step: int, model_inputs: dict, columns: OutputColumns | None):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -602,6 +603,42 @@ def test_one_compiled_graph_serves_batches_of_any_size(fresh_compiler):
         eager = model.generate(sources, attention_mask=mask, num_beams=1, max_new_tokens=6)
         assert torch.equal(model.generate(sources, attention_mask=mask, num_beams=1, max_new_tokens=6, **options), eager)
     assert counter.graphs == 2
+
+
+@pytest.fixture
+def recompile_limit_of_one():
+    with torch._dynamo.config.patch(recompile_limit=1):
+        yield
+
+
+def test_each_model_keeps_its_own_compiled_graphs(fresh_compiler, recompile_limit_of_one):
+    """Graphs and the recompile limit are per model: a float32 and a bfloat16 model (different dtypes, as in a process
+    serving two precisions) decoding in turn compile one graph each and stay compiled, with a limit of 1 graph."""
+    models = [tiny_model("dwlstm"), prepare_for_inference(tiny_model("dwlstm", seed=1), dtype="bfloat16", allow_slow=True)]
+    counter = GraphCounter()
+    options = compile_options(counter)
+    eager = [model.generate(SOURCES, attention_mask=MASK, num_beams=1, max_new_tokens=6) for model in models]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no model falls back to eager steps
+        for _ in range(2):
+            for model, expected in zip(models, eager):
+                output = model.generate(SOURCES, attention_mask=MASK, num_beams=1, max_new_tokens=6, **options)
+                assert torch.equal(output, expected)
+    assert counter.graphs == 2
+
+
+def test_a_model_past_the_recompile_limit_says_so_once_and_decodes_eagerly(fresh_compiler, recompile_limit_of_one):
+    model = tiny_model("dwlstm")
+    counter = GraphCounter()
+    options = compile_options(counter)
+    model.generate(SOURCES, attention_mask=MASK, num_beams=1, max_new_tokens=6, **options)
+    with pytest.warns(UserWarning, match="reached torch.compile's recompile limit \\(1 graphs\\) and runs eagerly"):
+        output = model.generate(SOURCES[:2], attention_mask=MASK[:2], num_beams=1, max_new_tokens=6, **options)
+    assert torch.equal(output, model.generate(SOURCES[:2], attention_mask=MASK[:2], num_beams=1, max_new_tokens=6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: later calls run eagerly without compiling or warning again
+        model.generate(SOURCES[:1], attention_mask=MASK[:1], num_beams=1, max_new_tokens=6, **options)
+    assert counter.graphs == 1
 
 
 @pytest.mark.parametrize("route", ["fbgemm", "int_mm"])
