@@ -19,7 +19,8 @@ from collections.abc import Iterable
 
 import torch
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
-from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
+import transformers.pipelines
+from transformers.pipelines import PIPELINE_REGISTRY
 
 # Both directions with English are registered for each of these: OPUS-100 and WMT are English-centric.
 OPUS100_LANGUAGES = (
@@ -254,8 +255,12 @@ def register_translation_pairs(pairs: Iterable[str | tuple[str, str]]) -> None:
 
 
 def _register_translation_task() -> None:
-    """Undo transformers 5's removal of "translation", which is checked before any registered task."""
-    REMOVED_TASKS.pop("translation", None)
+    """Register "translation" with `PIPELINE_REGISTRY` (transformers' public way to add a task).
+
+    Since about 5.15 transformers' `pipeline()` refuses the names of the tasks it removed in 5.0 ("translation",
+    "translation_xx_to_yy") before it looks at the registry, from a table that older 5.x releases lack; the
+    translation entry is taken out of that table where it exists (a no-op elsewhere)."""
+    getattr(transformers.pipelines, "REMOVED_TASKS", {}).pop("translation", None)
     if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
         PIPELINE_REGISTRY.register_pipeline(
             "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
