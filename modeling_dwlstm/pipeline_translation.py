@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
 import transformers.pipelines
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
 # Both directions with English are registered for each of these: OPUS-100 and WMT are English-centric.
