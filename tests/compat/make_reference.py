@@ -11,11 +11,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+import transformers
+
 sys.path.insert(0, str(Path(__file__).parent))
-
-import torch  # noqa: E402
-import transformers  # noqa: E402
-
 import cases  # noqa: E402
 
 
