@@ -14,6 +14,7 @@ Because of the second use this file is loaded as standalone remote code: it impo
 `transformers`, `torch` and the standard library, and importing it registers nothing.
 """
 
+import copy
 import re
 from collections.abc import Iterable
 
@@ -70,6 +71,10 @@ class TranslationPipeline(Pipeline):
     _default_generation_config = GenerationConfig(max_new_tokens=256, num_beams=4)
 
     def __init__(self, *args, **kwargs):
+        # The generation parameters given here apply to every call. They are kept here, not by the base class, whose
+        # handling of them changed within transformers 5 (`generation_settings` applies them the same way in all).
+        keys = {key for key in vars(GenerationConfig()) if not key.startswith("_")} | {"generation_config"}
+        self._init_generation_kwargs = {key: kwargs.pop(key) for key in keys & kwargs.keys()}
         super().__init__(*args, **kwargs)
         src_lang, tgt_lang = languages_from_task(self.task)
         if tgt_lang is not None:  # a task such as translation_de_to_fr: refused now rather than at the first call
@@ -148,8 +153,32 @@ class TranslationPipeline(Pipeline):
     def _forward(self, model_inputs, **generate_kwargs):
         """Generate, grouping the output sequences per input (several with `num_return_sequences`)."""
         batch_size = model_inputs["input_ids"].shape[0]
-        output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
+        output_ids = self.model.generate(**model_inputs, **self.generation_settings(generate_kwargs))
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+
+    def generation_settings(self, generate_kwargs: dict) -> dict:
+        """The `generate()` kwargs of one call, as transformers' generation pipelines make them: the call's
+        parameters on top of those given at construction (unless the call passes a `generation_config`, which then
+        replaces them), plus this pipeline's defaults (`_default_generation_config`, the tokenizer's pad id) for
+        what neither they, their `generation_config` nor the model's generation config set; a default
+        `max_new_tokens` yields to a set `max_length`. What is added goes into a copy of the user's
+        `generation_config` where there is one."""
+        if "generation_config" not in generate_kwargs:
+            generate_kwargs = {**self._init_generation_kwargs, **generate_kwargs}
+        user_config = generate_kwargs.get("generation_config")
+        set_params = {**self.model.generation_config.to_diff_dict(),
+                      **(user_config.to_diff_dict() if user_config is not None else {}), **generate_kwargs}
+        defaults = self._default_generation_config.to_diff_dict()
+        defaults.pop("transformers_version", None)
+        if self.tokenizer is not None and self.tokenizer.pad_token_id is not None:
+            defaults["pad_token_id"] = self.tokenizer.pad_token_id
+        added = {key: value for key, value in defaults.items()
+                 if key not in set_params and not (key == "max_new_tokens" and "max_length" in set_params)}
+        if user_config is None:
+            return {**generate_kwargs, **added}
+        user_config = copy.deepcopy(user_config)
+        user_config.update(**added)
+        return {**generate_kwargs, "generation_config": user_config}
 
     def postprocess(self, model_outputs, return_tensors=False, clean_up_tokenization_spaces=False):
         """One record per output sequence: its text, or its token ids with `return_tensors=True`."""
