@@ -22,6 +22,10 @@ from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_jo
 sys.path.insert(0, str(Path(__file__).parent))
 import cases  # noqa: E402
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
+# tests/fixtures/make_checkpoints.py's inputs (that file imports the main suite's conftest, which this suite avoids).
+INPUT_IDS = [[5, 7, 9, 11, 2], [4, 6, 8, 2, 1]]
+DECODER_INPUT_IDS = [[0, 12, 13, 14], [0, 15, 16, 17]]
 VERSIONS = f"transformers {transformers.__version__}, torch {torch.__version__}"
 REFERENCE = cases.load_reference()
 REFERENCE_VERSIONS = f"transformers {REFERENCE['transformers']}, torch {REFERENCE['torch']}"
@@ -39,6 +43,17 @@ def test_every_member_is_registered():
     assert set(cases.members()) == set(REFERENCE["tokens"]), "reference.json is stale: run make_reference.py"
     for model_type, config_class in cases.members().items():
         assert type(AutoConfig.for_model(model_type)) is config_class, f"{model_type} is not registered ({VERSIONS})"
+
+
+@pytest.mark.parametrize("case", sorted(path.name for path in FIXTURES.iterdir()))
+def test_checkpoints_saved_by_earlier_versions_load_with_their_logits(case):
+    model, info = AutoModelForSeq2SeqLM.from_pretrained(FIXTURES / case, output_loading_info=True)
+    assert {key: value for key, value in info.items() if value} == {}, f"{case} under {VERSIONS}: {info}"
+    with torch.no_grad():
+        logits = model.eval()(input_ids=torch.tensor(INPUT_IDS), attention_mask=(torch.tensor(INPUT_IDS) != 1).long(),
+                              decoder_input_ids=torch.tensor(DECODER_INPUT_IDS)).logits
+    expected = torch.tensor(json.loads((FIXTURES / case / "logits.json").read_text()))
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=0, msg=lambda text: f"{case} under {VERSIONS}: {text}")
 
 
 @pytest.mark.parametrize("model_type,search", CASES)
