@@ -36,11 +36,15 @@ def members() -> dict:
     return {member.config_class.model_type: member.config_class for member in modeling_dwlstm.MEMBERS}
 
 
-def tiny_model(model_type: str, seed: int = 0):
-    """A tiny untrained model of `model_type`; its weights are scaled up so that its distributions are peaked
-    enough for ties between scores to be unlikely (equal tokens then mean equal decoding, not luck)."""
+def tiny_model(model_type: str, seed: int = 0, peaked: bool = True):
+    """A tiny untrained model of `model_type`. `peaked`: its weights are scaled up so that its distributions are
+    peaked enough for ties between scores to be unlikely (equal tokens then mean equal decoding, not luck); for
+    training, not (its steps would be large enough to turn rounding differences between torch builds into
+    different losses)."""
     torch.manual_seed(seed)
     model = AutoModelForSeq2SeqLM.from_config(members()[model_type](**TINY)).eval()
+    if not peaked:
+        return model
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.dim() > 1:
@@ -87,7 +91,7 @@ def training_pairs() -> list[dict]:
 def trainer_losses(output_dir: str) -> list[float]:
     """The training losses of `TRAINER_STEPS` steps of transformers' `Trainer` (batches of 2, AdamW, constant
     learning rate) on `training_pairs()`."""
-    model = tiny_model(TRAINER_MEMBER).train()
+    model = tiny_model(TRAINER_MEMBER, peaked=False).train()
     arguments = TrainingArguments(
         output_dir=output_dir, per_device_train_batch_size=2, max_steps=TRAINER_STEPS, learning_rate=1e-3,
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, optim="adamw_torch", logging_steps=1,
