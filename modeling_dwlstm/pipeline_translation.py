@@ -286,9 +286,10 @@ def register_translation_pairs(pairs: Iterable[str | tuple[str, str]]) -> None:
 def _register_translation_task() -> None:
     """Register "translation" with `PIPELINE_REGISTRY` (transformers' public way to add a task).
 
-    Since about 5.15 transformers' `pipeline()` refuses the names of the tasks it removed in 5.0 ("translation",
-    "translation_xx_to_yy") before it looks at the registry, from a table that older 5.x releases lack; the
-    translation entry is taken out of that table where it exists (a no-op elsewhere)."""
+    From 5.19 on, transformers' `pipeline()` refuses the names of the tasks it removed in 5.0 ("translation",
+    "translation_xx_to_yy") before it looks at the registry, from a table (`REMOVED_TASKS`) that no public API
+    changes and that releases before 5.19 lack: the translation entry is taken out of it where it exists. Without
+    that, `pipeline("translation", model=model)` in this process needs the saved model and `trust_remote_code`."""
     getattr(transformers.pipelines, "REMOVED_TASKS", {}).pop("translation", None)
     if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
         PIPELINE_REGISTRY.register_pipeline(
