@@ -22,8 +22,9 @@ from .configuration_translation import FamilyMember, TranslationTransformerConfi
 from .modeling_residual import VASWANI_2017, ResidualDecoderLayer, ResidualEncoderLayer
 from .modeling_translation import TranslationTransformerForConditionalGeneration, TranslationTransformerModel
 
-# transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that a model's own file
-# imports (later releases follow the imports further): the files modeling_translation.py needs are named here too.
+# transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
+# a model's own file imports (later releases follow the imports further): the files that
+# modeling_translation.py needs are named here too.
 if TYPE_CHECKING:
     from .generation_translation import Shortlist  # noqa: F401
     from .loss import IGNORE_INDEX  # noqa: F401

@@ -71,9 +71,11 @@ class TranslationPipeline(Pipeline):
     _default_generation_config = GenerationConfig(max_new_tokens=256, num_beams=4)
 
     def __init__(self, *args, **kwargs):
-        # The generation parameters given here apply to every call. They are kept here, not by the base class, whose
-        # handling of them changed within transformers 5 (`generation_settings` applies them the same way in all).
-        keys = {key for key in vars(GenerationConfig()) if not key.startswith("_")} | {"generation_config"}
+        # The generation parameters given here apply to every call. They are kept here, not by the
+        # base class, whose handling of them changed within transformers 5 (`generation_settings`
+        # applies them the same way in all).
+        keys = {key for key in vars(GenerationConfig()) if not key.startswith("_")}
+        keys.add("generation_config")
         self._init_generation_kwargs = {key: kwargs.pop(key) for key in keys & kwargs.keys()}
         super().__init__(*args, **kwargs)
         src_lang, tgt_lang = languages_from_task(self.task)
@@ -157,23 +159,27 @@ class TranslationPipeline(Pipeline):
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
 
     def generation_settings(self, generate_kwargs: dict) -> dict:
-        """The `generate()` kwargs of one call, as transformers' generation pipelines make them: the call's
-        parameters on top of those given at construction (unless the call passes a `generation_config`, which then
-        replaces them), plus this pipeline's defaults (`_default_generation_config`, the tokenizer's pad id) for
-        what neither they, their `generation_config` nor the model's generation config set; a default
-        `max_new_tokens` yields to a set `max_length`. What is added goes into a copy of the user's
+        """The `generate()` kwargs of one call, as transformers' generation pipelines make them.
+
+        The call's parameters on top of those given at construction (unless the call passes a
+        `generation_config`, which then replaces them), plus this pipeline's defaults
+        (`_default_generation_config`, the tokenizer's pad id) for what neither they, their
+        `generation_config` nor the model's generation config set; a default `max_new_tokens`
+        yields to a set `max_length`. What is added goes into a copy of the user's
         `generation_config` where there is one."""
         if "generation_config" not in generate_kwargs:
             generate_kwargs = {**self._init_generation_kwargs, **generate_kwargs}
         user_config = generate_kwargs.get("generation_config")
-        set_params = {**self.model.generation_config.to_diff_dict(),
-                      **(user_config.to_diff_dict() if user_config is not None else {}), **generate_kwargs}
+        set_params = self.model.generation_config.to_diff_dict()
+        set_params.update(user_config.to_diff_dict() if user_config is not None else {})
+        set_params.update(generate_kwargs)
         defaults = self._default_generation_config.to_diff_dict()
         defaults.pop("transformers_version", None)
         if self.tokenizer is not None and self.tokenizer.pad_token_id is not None:
             defaults["pad_token_id"] = self.tokenizer.pad_token_id
-        added = {key: value for key, value in defaults.items()
-                 if key not in set_params and not (key == "max_new_tokens" and "max_length" in set_params)}
+        if "max_length" in set_params:  # a default `max_new_tokens` would override it
+            defaults.pop("max_new_tokens", None)
+        added = {key: value for key, value in defaults.items() if key not in set_params}
         if user_config is None:
             return {**generate_kwargs, **added}
         user_config = copy.deepcopy(user_config)
@@ -286,10 +292,12 @@ def register_translation_pairs(pairs: Iterable[str | tuple[str, str]]) -> None:
 def _register_translation_task() -> None:
     """Register "translation" with `PIPELINE_REGISTRY` (transformers' public way to add a task).
 
-    From 5.19 on, transformers' `pipeline()` refuses the names of the tasks it removed in 5.0 ("translation",
-    "translation_xx_to_yy") before it looks at the registry, from a table (`REMOVED_TASKS`) that no public API
-    changes and that releases before 5.19 lack: the translation entry is taken out of it where it exists. Without
-    that, `pipeline("translation", model=model)` in this process needs the saved model and `trust_remote_code`."""
+    From 5.19 on, transformers' `pipeline()` refuses the names of the tasks it removed in 5.0
+    ("translation", "translation_xx_to_yy") before it looks at the registry, from a table
+    (`REMOVED_TASKS`) that no public API changes and that releases before 5.19 lack: the
+    translation entry is taken out of it where it exists. Without that,
+    `pipeline("translation", model=model)` in this process needs the saved model and
+    `trust_remote_code`."""
     getattr(transformers.pipelines, "REMOVED_TASKS", {}).pop("translation", None)
     if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
         PIPELINE_REGISTRY.register_pipeline(
