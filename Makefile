@@ -3,12 +3,20 @@
 # `make test-gpu`: the GPU check (tests/gpu, left out of `make test`) on a machine with a CUDA device and a
 # CUDA build of torch (TORCH_SPEC=torch==2.13.0 from PyPI is one); it fails at once when torch sees no CUDA device.
 # torch is pinned to the CPU build these machines keep on disk; an unpinned torch pulls a multi-GB CUDA build.
+# `make test-compat`: the version matrix (tests/compat, left out of `make test`): for each transformers/torch pair in
+# COMPAT_MATRIX, a venv under COMPAT_DIR with exactly those two, the package installed beside them with its declared
+# dependencies (a range that would move transformers or torch fails), and the compact suite against
+# tests/compat/reference.json. The pairs: the oldest supported transformers, one in the middle and the newest, with
+# torch 2.13.0 (on these machines' disk), and the newest with the oldest supported torch, 2.6.0, which comes from PyPI
+# as a CUDA build (about 3 GB to download, 5.5 GB installed). A new release is added here (docs/contributing.md).
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+COMPAT_MATRIX ?= 5.4.0/2.13.0 5.12.1/2.13.0 5.24.0/2.13.0 5.24.0/2.6.0
+COMPAT_DIR ?= .venv-compat
 
-.PHONY: install quickstart test test-gpu clean
+.PHONY: install quickstart test test-gpu test-compat clean
 
 install: $(STAMP)
 
@@ -24,11 +32,25 @@ quickstart: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -q tests --ignore=tests/gpu
+	$(VENV)/bin/python -m pytest -q tests --ignore=tests/gpu --ignore=tests/compat
 
 test-gpu: $(STAMP)
 	$(VENV)/bin/python -c "import sys, torch; torch.cuda.is_available() or sys.exit('make test-gpu: torch ' + torch.__version__ + ' sees no CUDA device')"
 	$(VENV)/bin/python -m pytest -q -rs tests/gpu
 
+test-compat:
+	@failed=""; for pair in $(COMPAT_MATRIX); do tf=$${pair%/*}; pt=$${pair#*/}; \
+	  venv="$(COMPAT_DIR)/transformers-$$tf-torch-$$pt"; echo "== transformers $$tf, torch $$pt ($$venv)"; \
+	  { test -x $$venv/bin/python || $(PYTHON) -m venv $$venv; } \
+	  && $$venv/bin/python -m pip install --quiet "torch==$$pt" "transformers==$$tf" accelerate "pytest>=8" \
+	  && $$venv/bin/python -m pip install --quiet . \
+	  && $$venv/bin/python -c "import sys, torch, transformers as t; v = (t.__version__, torch.__version__.split('+')[0]); \
+	     v == ('$$tf', '$$pt') or sys.exit(f'make test-compat: installing the package moved transformers/torch to {v}')" \
+	  && $$venv/bin/python -m pytest -q -p no:cacheprovider --confcutdir=tests/compat tests/compat \
+	  || failed="$$failed $$pair"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test-compat failed for (transformers/torch):$$failed"; exit 1; fi; \
+	echo "make test-compat: every transformers/torch pair passed: $(COMPAT_MATRIX)"
+
 clean:
-	rm -rf $(VENV) *.egg-info quickstart-output
+	rm -rf $(VENV) $(COMPAT_DIR) *.egg-info quickstart-output

@@ -12,6 +12,8 @@ The residual layers of `modeling_residual` (post- or pre-norm), connected across
 """
 
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -23,6 +25,15 @@ from .modeling_residual import (
     ResidualTransformerModel,
 )
 from .modeling_translation import LayerCombination, LayerState, make_layer_norm
+
+# transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
+# a model's own file imports (later releases follow the imports further): the files that
+# modeling_translation.py needs are named here too.
+if TYPE_CHECKING:
+    from .generation_translation import Shortlist  # noqa: F401
+    from .loss import IGNORE_INDEX  # noqa: F401
+    from .pipeline_translation import TranslationPipeline  # noqa: F401
+    from .precision import linear_modules  # noqa: F401
 
 
 class DlclConfig(ResidualTransformerConfig):

@@ -8,6 +8,7 @@ config base and the layers with its own step module.
 """
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,15 @@ from .modeling_translation import (
     attach_shared,
     make_layer_norm,
 )
+
+# transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
+# a model's own file imports (later releases follow the imports further): the files that
+# modeling_translation.py needs are named here too.
+if TYPE_CHECKING:
+    from .generation_translation import Shortlist  # noqa: F401
+    from .loss import IGNORE_INDEX  # noqa: F401
+    from .pipeline_translation import TranslationPipeline  # noqa: F401
+    from .precision import linear_modules  # noqa: F401
 
 # ---------------------------------------------------------------------------------------------
 # 1. Config

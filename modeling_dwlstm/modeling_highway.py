@@ -12,6 +12,8 @@ Layers 1..`sdu_layers` of each stack get the gated connection (all layers by def
 above the plain post-norm one, LN(X + F(X)).
 """
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,6 +21,15 @@ from torch import nn
 from .configuration_translation import FamilyMember, TranslationTransformerConfig, check_choice, check_int
 from .modeling_residual import VASWANI_2017, PostNormResidual, ResidualDecoderLayer, ResidualEncoderLayer
 from .modeling_translation import TranslationTransformerForConditionalGeneration, TranslationTransformerModel
+
+# transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
+# a model's own file imports (later releases follow the imports further): the files that
+# modeling_translation.py needs are named here too.
+if TYPE_CHECKING:
+    from .generation_translation import Shortlist  # noqa: F401
+    from .loss import IGNORE_INDEX  # noqa: F401
+    from .pipeline_translation import TranslationPipeline  # noqa: F401
+    from .precision import linear_modules  # noqa: F401
 
 GATE_ACTIVATIONS = {"sigmoid": torch.sigmoid, "tanh": torch.tanh}
 

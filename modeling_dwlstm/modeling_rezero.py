@@ -11,6 +11,8 @@ As every member, each stack still ends with the skeleton's final LayerNorm.
 The whole member is this file: config, connection, layers, models.
 """
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,6 +21,15 @@ from transformers import initialization as init
 from .configuration_translation import FamilyMember, TranslationTransformerConfig
 from .modeling_residual import VASWANI_2017, ResidualDecoderLayer, ResidualEncoderLayer
 from .modeling_translation import TranslationTransformerForConditionalGeneration, TranslationTransformerModel
+
+# transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
+# a model's own file imports (later releases follow the imports further): the files that
+# modeling_translation.py needs are named here too.
+if TYPE_CHECKING:
+    from .generation_translation import Shortlist  # noqa: F401
+    from .loss import IGNORE_INDEX  # noqa: F401
+    from .pipeline_translation import TranslationPipeline  # noqa: F401
+    from .precision import linear_modules  # noqa: F401
 
 
 class ReZeroTransformerConfig(TranslationTransformerConfig):

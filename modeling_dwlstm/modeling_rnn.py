@@ -10,6 +10,8 @@ cross-attention result, whose query is s + o_{l-1} (as in the depth-wise LSTM). 
 residual connection and no FFN sub-layer; what carries information up the stack is o only.
 """
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -29,6 +31,15 @@ from .modeling_translation import (
     TranslationTransformerModel,
     attach_shared,
 )
+
+# transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
+# a model's own file imports (later releases follow the imports further): the files that
+# modeling_translation.py needs are named here too.
+if TYPE_CHECKING:
+    from .generation_translation import Shortlist  # noqa: F401
+    from .loss import IGNORE_INDEX  # noqa: F401
+    from .pipeline_translation import TranslationPipeline  # noqa: F401
+    from .precision import linear_modules  # noqa: F401
 
 
 class DepthWiseRnnConfig(DepthWiseConfig):

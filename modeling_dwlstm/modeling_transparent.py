@@ -10,6 +10,8 @@ tensor, so `generate()` expands it for beams); each decoder layer mixes them onl
 cross-attention keys/values are not yet cached, i.e. once per generation.
 """
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -21,6 +23,15 @@ from .modeling_residual import (
     ResidualTransformerModel,
 )
 from .modeling_translation import LayerCombination
+
+# transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
+# a model's own file imports (later releases follow the imports further): the files that
+# modeling_translation.py needs are named here too.
+if TYPE_CHECKING:
+    from .generation_translation import Shortlist  # noqa: F401
+    from .loss import IGNORE_INDEX  # noqa: F401
+    from .pipeline_translation import TranslationPipeline  # noqa: F401
+    from .precision import linear_modules  # noqa: F401
 
 
 class TransparentAttentionConfig(ResidualTransformerConfig):

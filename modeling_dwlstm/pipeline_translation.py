@@ -14,12 +14,14 @@ Because of the second use this file is loaded as standalone remote code: it impo
 `transformers`, `torch` and the standard library, and importing it registers nothing.
 """
 
+import copy
 import re
 from collections.abc import Iterable
 
 import torch
+import transformers.pipelines
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
-from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
+from transformers.pipelines import PIPELINE_REGISTRY
 
 # Both directions with English are registered for each of these: OPUS-100 and WMT are English-centric.
 OPUS100_LANGUAGES = (
@@ -69,6 +71,12 @@ class TranslationPipeline(Pipeline):
     _default_generation_config = GenerationConfig(max_new_tokens=256, num_beams=4)
 
     def __init__(self, *args, **kwargs):
+        # The generation parameters given here apply to every call. They are kept here, not by the
+        # base class, whose handling of them changed within transformers 5 (`generation_settings`
+        # applies them the same way in all).
+        keys = {key for key in vars(GenerationConfig()) if not key.startswith("_")}
+        keys.add("generation_config")
+        self._init_generation_kwargs = {key: kwargs.pop(key) for key in keys & kwargs.keys()}
         super().__init__(*args, **kwargs)
         src_lang, tgt_lang = languages_from_task(self.task)
         if tgt_lang is not None:  # a task such as translation_de_to_fr: refused now rather than at the first call
@@ -147,8 +155,36 @@ class TranslationPipeline(Pipeline):
     def _forward(self, model_inputs, **generate_kwargs):
         """Generate, grouping the output sequences per input (several with `num_return_sequences`)."""
         batch_size = model_inputs["input_ids"].shape[0]
-        output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
+        output_ids = self.model.generate(**model_inputs, **self.generation_settings(generate_kwargs))
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+
+    def generation_settings(self, generate_kwargs: dict) -> dict:
+        """The `generate()` kwargs of one call, as transformers' generation pipelines make them.
+
+        The call's parameters on top of those given at construction (unless the call passes a
+        `generation_config`, which then replaces them), plus this pipeline's defaults
+        (`_default_generation_config`, the tokenizer's pad id) for what neither they, their
+        `generation_config` nor the model's generation config set; a default `max_new_tokens`
+        yields to a set `max_length`. What is added goes into a copy of the user's
+        `generation_config` where there is one."""
+        if "generation_config" not in generate_kwargs:
+            generate_kwargs = {**self._init_generation_kwargs, **generate_kwargs}
+        user_config = generate_kwargs.get("generation_config")
+        set_params = self.model.generation_config.to_diff_dict()
+        set_params.update(user_config.to_diff_dict() if user_config is not None else {})
+        set_params.update(generate_kwargs)
+        defaults = self._default_generation_config.to_diff_dict()
+        defaults.pop("transformers_version", None)
+        if self.tokenizer is not None and self.tokenizer.pad_token_id is not None:
+            defaults["pad_token_id"] = self.tokenizer.pad_token_id
+        if "max_length" in set_params:  # a default `max_new_tokens` would override it
+            defaults.pop("max_new_tokens", None)
+        added = {key: value for key, value in defaults.items() if key not in set_params}
+        if user_config is None:
+            return {**generate_kwargs, **added}
+        user_config = copy.deepcopy(user_config)
+        user_config.update(**added)
+        return {**generate_kwargs, "generation_config": user_config}
 
     def postprocess(self, model_outputs, return_tensors=False, clean_up_tokenization_spaces=False):
         """One record per output sequence: its text, or its token ids with `return_tensors=True`."""
@@ -254,8 +290,15 @@ def register_translation_pairs(pairs: Iterable[str | tuple[str, str]]) -> None:
 
 
 def _register_translation_task() -> None:
-    """Undo transformers 5's removal of "translation", which is checked before any registered task."""
-    REMOVED_TASKS.pop("translation", None)
+    """Register "translation" with `PIPELINE_REGISTRY` (transformers' public way to add a task).
+
+    From 5.19 on, transformers' `pipeline()` refuses the names of the tasks it removed in 5.0
+    ("translation", "translation_xx_to_yy") before it looks at the registry, from a table
+    (`REMOVED_TASKS`) that no public API changes and that releases before 5.19 lack: the
+    translation entry is taken out of it where it exists. Without that,
+    `pipeline("translation", model=model)` in this process needs the saved model and
+    `trust_remote_code`."""
+    getattr(transformers.pipelines, "REMOVED_TASKS", {}).pop("translation", None)
     if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
         PIPELINE_REGISTRY.register_pipeline(
             "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
