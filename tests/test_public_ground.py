@@ -13,12 +13,11 @@ import modeling_dwlstm
 PACKAGE = Path(modeling_dwlstm.__file__).parent
 FILES = sorted(PACKAGE.glob("*.py"))
 # Private GenerationMixin methods that change between transformers releases (each did between 5.0 and 5.24, in
-# its signature, its home or its existence), and a pipelines table that releases before 5.19 lack.
+# its signature, its home or its existence).
 PRIVATE_NAMES = (
     "_flatten_beam_dim", "_unflatten_beam_dim", "_gather_beams", "_update_finished_beams",
     "_get_running_beams_for_next_iteration", "_check_early_stop_heuristic", "_beam_search_has_unfinished_sequences",
     "_update_model_kwargs_for_generation", "_valid_auto_compile_criteria", "_default_compile_config", "_prefill",
-    "REMOVED_TASKS",
 )
 # `import torch._x`, `from torch._x import y`, `from torch import _x` outside any function or class: run when a
 # model file is imported.
@@ -39,6 +38,15 @@ def test_no_private_transformers_name(name):
     word = re.compile(rf"\b{name}\b")
     found = occurrences(word.search)
     assert not found, f"modeling_dwlstm/ uses {name}, which transformers does not promise to keep:\n" + "\n".join(found)
+
+
+def test_the_removed_tasks_table_is_never_imported_and_read_in_one_guarded_place():
+    """transformers' table of removed pipeline tasks (5.19 on; older releases lack it) is never imported: the one
+    place that reads it, so that `pipeline("translation", model=model)` works in this process, reads it with a
+    default, and a release without it changes nothing."""
+    found = occurrences(re.compile(r"\bREMOVED_TASKS\b").search)
+    code = [line for line in found if not line.split(": ", 1)[1].startswith(("(", "`", "#", '"'))]
+    assert len(code) == 1 and 'getattr(transformers.pipelines, "REMOVED_TASKS", {})' in code[0], code
 
 
 def test_no_private_torch_module_imported_with_a_model_file():
