@@ -62,6 +62,8 @@ def run(bin_folder: Path, command: str, *argv, cwd: Path, stdin: str | None = No
     finished = subprocess.run([command, *map(str, argv)], cwd=cwd, input=stdin, capture_output=True, text=True,
                               env=environment, timeout=600)
     assert finished.returncode == 0, f"{command}: {finished.stderr[-3000:]}"
+    # what optional backends log at import (modeling_dwlstm/_import_noise.py) stays out of a command's output
+    assert "Failed to load" not in finished.stderr and "Enum subclass" not in finished.stderr, finished.stderr
     return finished
 
 
