@@ -55,5 +55,6 @@ def test_a_sentence_typed_into_the_page_comes_back_translated(models, browser, t
         browser.find_element(By.ID, "translate").click()
         refusal = "Unsupported direction de to en: this model translates ['en-de']"
         wait.until(lambda page: refusal in page.find_element(By.TAG_NAME, "body").text)
+        browser.save_screenshot(str(screenshot.with_name(f"{screenshot.stem}-refusal.png")))
     finally:
         demo.close()
