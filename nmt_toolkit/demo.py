@@ -1,13 +1,14 @@
-"""A demo page for one saved model or Hub id (Gradio): a text box, the direction, the beam size, the translation
-and how long it took (`dwlstm-demo`, or `app.py` of a Hub Space).
+"""A demo page for one saved model or Hub id (Gradio): a text box, the direction, the beam size, the
+translation and how long it took (`dwlstm-demo`, or `app.py` of a Hub Space).
 
-The page translates with the model's translation pipeline, so it refuses what the pipeline refuses (a direction
-the model does not have, a target language without a tag) with the pipeline's own message, shown on the page. A
-bilingual model offers its config's `language_pairs` in one box; a multilingual one (with `<2xx>` target tags,
-Johnson et al. 2017) a source box and a target box, which also take a typed language code.
+The page translates with the model's translation pipeline, so it refuses what the pipeline refuses
+(a direction the model does not have, a target language without a tag) with the pipeline's own
+message, shown on the page. A bilingual model offers its config's `language_pairs` in one box; a
+multilingual one (with `<2xx>` target tags, Johnson et al. 2017) a source box and a target box,
+which also take a typed language code.
 
-The app's HTTP API has one endpoint, `/translate` (text, direction or source and target, beam size ->
-translation, seconds), which `gradio_client` calls.
+The app's HTTP API has one endpoint, `/translate` (text, direction or source and target, beam size
+-> translation, seconds), which `gradio_client` calls.
 """
 
 import time
@@ -26,7 +27,8 @@ UNNAMED_DIRECTION = "as trained"  # a model whose config lists no language_pairs
 
 @dataclass
 class Directions:
-    """What the page offers: a bilingual model's pairs ("en-de"), or a multilingual model's sources and targets."""
+    """What the page offers: a bilingual model's pairs ("en-de"), or a multilingual model's sources and
+    targets."""
 
     pairs: list[str]
     sources: list[str]
@@ -38,9 +40,9 @@ class Directions:
 
 
 def model_directions(model, tokenizer) -> Directions:
-    """The directions of a loaded model: with `<2xx>` tags for two targets or more, every language of its pairs
-    and tags as a source and every tag as a target; otherwise its config's `language_pairs` (none listed: one
-    unnamed direction)."""
+    """The directions of a loaded model: with `<2xx>` tags for two targets or more, every language of
+    its pairs and tags as a source and every tag as a target; otherwise its config's
+    `language_pairs` (none listed: one unnamed direction)."""
     pairs = list(getattr(model.config, "language_pairs", None) or [])
     tagged = tagged_languages(tokenizer)
     if len(tagged) >= 2:
@@ -60,8 +62,8 @@ class DemoTranslator:
         self.pipeline = pipeline("translation", model=model, tokenizer=tokenizer)
 
     def translate(self, text: str, source: str | None, target: str | None, num_beams: int) -> tuple[str, float]:
-        """The translation of `text` and the seconds it took; a ValueError (the pipeline's) for what the model
-        refuses."""
+        """The translation of `text` and the seconds it took; a ValueError (the pipeline's) for what
+        the model refuses."""
         if not 1 <= int(num_beams) <= MAX_BEAMS:
             raise ValueError(f"The beam size is 1 to {MAX_BEAMS}, got {num_beams}.")
         languages = {"src_lang": source or None, "tgt_lang": target or None}
@@ -70,7 +72,8 @@ class DemoTranslator:
         return output[0]["translation_text"], time.perf_counter() - start
 
     def translate_direction(self, text: str, direction: str, num_beams: int) -> tuple[str, float]:
-        """`translate` for a bilingual model's direction, "en-de" (or `UNNAMED_DIRECTION`: no languages)."""
+        """`translate` for a bilingual model's direction, "en-de" (or `UNNAMED_DIRECTION`: no
+        languages)."""
         source, _, target = ("", "", "") if direction == UNNAMED_DIRECTION else direction.partition("-")
         return self.translate(text, source, target, num_beams)
 

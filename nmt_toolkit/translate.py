@@ -1,19 +1,22 @@
-"""Translate a file or standard input, one line in and one line out, in input order (`dwlstm-translate`).
+"""Translate a file or standard input, one line in and one line out, in input order
+(`dwlstm-translate`).
 
-The lines are decoded as the evaluation decodes a test set: sorted by length into batches bounded by source
-tokens (`evaluation.source_batches`), with the same settings (`evaluation.decoding_settings`), so that a test set
-translated here gives the lines of the evaluation's hypotheses.txt.
+The lines are decoded as the evaluation decodes a test set: sorted by length into batches bounded by
+source tokens (`evaluation.source_batches`), with the same settings
+(`evaluation.decoding_settings`), so that a test set translated here gives the lines of the
+evaluation's hypotheses.txt.
 
-- Output to a file is written under a temporary name beside it and renamed when complete; an existing file is
-  replaced only with --overwrite. While it runs, each finished batch is appended to a journal beside the output
-  (`.NAME.partial`), so that a run stopped by Ctrl-C, a kill or a full disk leaves no truncated output under
-  the final name, and --resume continues from the last complete batch.
-- An empty line translates to an empty line; a line longer than the model's positions is cut to fit, with one
-  warning that says how many were cut.
+- Output to a file is written under a temporary name beside it and renamed when complete; an
+  existing file is replaced only with --overwrite. While it runs, each finished batch is appended to
+  a journal beside the output (`.NAME.partial`), so that a run stopped by Ctrl-C, a kill or a full
+  disk leaves no truncated output under the final name, and --resume continues from the last
+  complete batch.
+- An empty line translates to an empty line; a line longer than the model's positions is cut to fit,
+  with one warning that says how many were cut.
 - A multilingual model (its tokenizer reserves `<2xx>` target tags, Johnson et al. 2017) takes
-  --source_lang/--target_lang for the whole input, or JSON lines `{"text": ..., "src_lang": ..., "tgt_lang": ...}`
-  (the translation pipeline's convention) with --json_lines; a direction the model lacks is refused before
-  decoding.
+  --source_lang/--target_lang for the whole input, or JSON lines `{"text": ..., "src_lang": ...,
+  "tgt_lang": ...}` (the translation pipeline's convention) with --json_lines; a direction the model
+  lacks is refused before decoding.
 """
 
 import hashlib
@@ -76,7 +79,8 @@ class TranslationArguments(DecodingArguments):
 
 @dataclass
 class Request:
-    """The input read: the texts and, per line, the source and target language (None where none is given)."""
+    """The input read: the texts and, per line, the source and target language (None where none is
+    given)."""
 
     texts: list[str]
     source_langs: list[str | None]
@@ -92,8 +96,9 @@ class TranslationInterrupted(Exception):
 
 
 def run_translation(args: TranslationArguments) -> dict:
-    """Translate `args.input` into `args.output` (see the module docstring); return a summary: the lines, how many
-    were decoded in this run, taken from the journal (--resume) and cut to fit, the seconds and lines per second."""
+    """Translate `args.input` into `args.output` (see the module docstring); return a summary: the
+    lines, how many were decoded in this run, taken from the journal (--resume) and cut to fit, the
+    seconds and lines per second."""
     set_threads(args.threads)
     check_decoding_arguments(args)
     disable_progress_bar()  # transformers' bar while loading the weights: this command has its own
@@ -160,8 +165,9 @@ def _decode_lines(
     fingerprint: dict | None,
     args: TranslationArguments,
 ) -> tuple[list[str], int]:
-    """Every line's translation ("" for a blank one), the batches decoded one by one and recorded in the journal
-    (those of an interrupted run read back from it with --resume); returns them and how many were read back."""
+    """Every line's translation ("" for a blank one), the batches decoded one by one and recorded in
+    the journal (those of an interrupted run read back from it with --resume); returns them and how
+    many were read back."""
     hypotheses = [""] * len(encoded)
     finished = set() if journal is None else journal.start(fingerprint, hypotheses, args.resume)
     remaining = [batch for batch in batches if not finished.issuperset(batch)]
@@ -187,8 +193,9 @@ def _decode_lines(
 def check_output(
     args: TranslationArguments, output: Path | None, journal: "Journal | None"
 ) -> None:
-    """Refuse, before any work, an output that would replace something unasked: an existing file (without
-    --overwrite), the input itself, a folder; and an unfinished run's journal neither resumed nor overwritten."""
+    """Refuse, before any work, an output that would replace something unasked: an existing file
+    (without --overwrite), the input itself, a folder; and an unfinished run's journal neither
+    resumed nor overwritten."""
     if output is None:
         if args.resume:
             raise ValueError(
@@ -220,8 +227,8 @@ def check_output(
 
 
 def read_request(args: TranslationArguments) -> Request:
-    """The lines of --input (a file or standard input) and their languages; a binary or non-UTF-8 input, or a
-    JSON line without a text, is refused naming the line."""
+    """The lines of --input (a file or standard input) and their languages; a binary or non-UTF-8
+    input, or a JSON line without a text, is refused naming the line."""
     if args.input == STANDARD_STREAM:
         name = "standard input"
         if sys.stdin.isatty() and not args.quiet:
@@ -278,10 +285,10 @@ def _json_line(line: str, name: str, number: int) -> tuple[str, str | None, str 
 def check_request_directions(
     model, tokenizer, request: Request, json_lines: bool
 ) -> list[str | None]:
-    """The target language of every line, after refusing a direction the model lacks: a multilingual model
-    (with `<2xx>` tags) needs a target it has a tag for (one with a single tag takes that one by default) and a
-    source among its languages (`evaluation.check_directions`); a model without tags translates only the
-    directions of its config's `language_pairs`, when they are listed."""
+    """The target language of every line, after refusing a direction the model lacks: a multilingual
+    model (with `<2xx>` tags) needs a target it has a tag for (one with a single tag takes that one
+    by default) and a source among its languages (`evaluation.check_directions`); a model without
+    tags translates only the directions of its config's `language_pairs`, when they are listed."""
     tagged = tagged_languages(tokenizer)
     targets = list(request.target_langs)
     if len(tagged) == 1:
@@ -315,8 +322,8 @@ def check_request_directions(
 def fit_positions(
     encoded: list[list[int]], limit, eos_token_id: int | None
 ) -> tuple[list[list[int]], int]:
-    """Sources longer than the model's positions cut to `limit` tokens (the end of sentence kept), with one warning
-    saying how many; returns the sources and that number."""
+    """Sources longer than the model's positions cut to `limit` tokens (the end of sentence kept), with
+    one warning saying how many; returns the sources and that number."""
     long = [index for index, ids in enumerate(encoded) if len(ids) > limit]
     for index in long:
         ids = encoded[index]
@@ -348,17 +355,18 @@ def write_output(hypotheses: Sequence[str], output: Path | None) -> None:
 
 
 class Journal:
-    """The batches of an unfinished translation into `output`, one JSON line each after a first line that
-    fingerprints the run (input, model, settings): what --resume reads back. A line cut short by a kill is
-    ignored, so the journal always gives whole batches."""
+    """The batches of an unfinished translation into `output`, one JSON line each after a first line
+    that fingerprints the run (input, model, settings): what --resume reads back. A line cut short
+    by a kill is ignored, so the journal always gives whole batches."""
 
     def __init__(self, output: Path):
         self.path = output.parent / f".{output.name}{JOURNAL_SUFFIX}"
         self._file = None
 
     def start(self, fingerprint: dict, hypotheses: list[str], resume: bool) -> set[int]:
-        """Open the journal for this run; with `resume`, fill `hypotheses` from a journal of the same run and
-        return the indices found. A journal of another run is refused; none at all starts from the beginning."""
+        """Open the journal for this run; with `resume`, fill `hypotheses` from a journal of the same
+        run and return the indices found. A journal of another run is refused; none at all starts
+        from the beginning."""
         finished, lines = set(), [json.dumps(fingerprint, ensure_ascii=False)]
         if resume and self.path.exists():
             finished, lines = self._read(fingerprint, hypotheses)
@@ -418,7 +426,8 @@ class Journal:
 
 
 def _run_fingerprint(args: TranslationArguments, request: Request) -> dict:
-    """What must be the same for a journal to be continued: the input, the model and every decoding setting."""
+    """What must be the same for a journal to be continued: the input, the model and every decoding
+    setting."""
     return {
         "input": request.fingerprint(),
         "model": str(Path(args.model).resolve()) if Path(args.model).exists() else args.model,

@@ -1,5 +1,5 @@
-"""The demo page (nmt_toolkit.demo) as a Hugging Face Space runs it: `python app.py`, the model named by the
-Space's MODEL_ID variable (Settings -> Variables), e.g. MODEL_ID=user/dwlstm-m30k-ende."""
+"""The demo page (nmt_toolkit.demo) as a Hugging Face Space runs it: `python app.py`, the model named
+by the Space's MODEL_ID variable (Settings -> Variables), e.g. MODEL_ID=user/dwlstm-m30k-ende."""
 
 import os
 import sys

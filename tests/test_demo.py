@@ -1,5 +1,6 @@
-"""The demo page's HTTP API, served in this process and called with gradio_client as a user's program would: the
-translation is generate()'s, a direction the model lacks is refused with the pipeline's own message."""
+"""The demo page's HTTP API, served in this process and called with gradio_client as a user's program
+would: the translation is generate()'s, a direction the model lacks is refused with the pipeline's
+own message."""
 
 import os
 import socket
@@ -49,7 +50,8 @@ def served(folder):
 
 
 def generated(folder, text, num_beams, tag=None):
-    """What generate() gives for `text` with the saved model's generation config (the pipeline's settings)."""
+    """What generate() gives for `text` with the saved model's generation config (the pipeline's
+    settings)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)

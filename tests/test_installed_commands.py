@@ -1,9 +1,11 @@
-"""The package as a user installs it: a wheel built from this checkout, installed (not editable) into a fresh
-virtual environment; every command of setup.cfg's console entry points answers --help there, and the installed
-train, translate and evaluate commands run a tiny round trip from a folder outside the clone.
+"""The package as a user installs it: a wheel built from this checkout, installed (not editable) into a
+fresh virtual environment; every command of setup.cfg's console entry points answers --help there,
+and the installed train, translate and evaluate commands run a tiny round trip from a folder outside
+the clone.
 
-The fresh environment sees the test environment's site-packages through a .pth file (added after the wheel is
-installed, so that pip sees an empty environment): torch and transformers are not installed again."""
+The fresh environment sees the test environment's site-packages through a .pth file (added after the
+wheel is installed, so that pip sees an empty environment): torch and transformers are not installed
+again."""
 
 import configparser
 import json

@@ -1,5 +1,5 @@
-"""The translate command: one line in, one line out, in input order, as the evaluation decodes; safe output files,
---resume, and one-line errors for bad inputs."""
+"""The translate command: one line in, one line out, in input order, as the evaluation decodes; safe
+output files, --resume, and one-line errors for bad inputs."""
 
 import errno
 import io

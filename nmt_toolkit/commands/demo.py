@@ -3,9 +3,9 @@
     dwlstm-demo --model runs/m30k-ende/averaged             # http://127.0.0.1:7860
     MODEL_ID=user/dwlstm-m30k-ende dwlstm-demo --host 0.0.0.0 --port 8080
 
-The page: a text box, the direction (a multilingual model: a source and a target box), the beam size, the
-translation and its time; `/translate` is its HTTP API (gradio_client). The work is done by
-`nmt_toolkit.demo.build_demo`; space/app.py serves the same page as a Hugging Face Space.
+The page: a text box, the direction (a multilingual model: a source and a target box), the beam
+size, the translation and its time; `/translate` is its HTTP API (gradio_client). The work is done
+by `nmt_toolkit.demo.build_demo`; space/app.py serves the same page as a Hugging Face Space.
 """
 
 import argparse

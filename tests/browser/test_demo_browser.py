@@ -1,7 +1,8 @@
-"""The demo page in a real headless browser (Debian's chromium and chromium-driver, driven by selenium): type a
-sentence, press Translate, read the translation from the page and compare it with generate(); a direction the
-model lacks shows the pipeline's refusal on the page. `make test-browser` installs the browser and runs this
-folder (it is not part of `make test`); DEMO_SCREENSHOT=path.png keeps the page's screenshot."""
+"""The demo page in a real headless browser (Debian's chromium and chromium-driver, driven by
+selenium): type a sentence, press Translate, read the translation from the page and compare it with
+generate(); a direction the model lacks shows the pipeline's refusal on the page. `make
+test-browser` installs the browser and runs this folder (it is not part of `make test`);
+DEMO_SCREENSHOT=path.png keeps the page's screenshot."""
 
 import os
 import shutil
