@@ -3,7 +3,9 @@ would: the translation is generate()'s, a direction the model lacks is refused w
 own message."""
 
 import os
+import runpy
 import socket
+from pathlib import Path
 
 import gradio_client
 import pytest
@@ -96,3 +98,20 @@ def test_a_multilingual_page_takes_both_languages(models):
             client.predict(TEXT, "en", "cs", 3, api_name="/translate")
     finally:
         demo.close()
+
+
+def test_the_space_app_and_the_command_take_the_model_from_model_id(models, monkeypatch, capsys):
+    import gradio
+
+    from nmt_toolkit.cli import exit_on_error
+    from nmt_toolkit.commands.demo import main
+
+    app = Path(__file__).resolve().parents[1] / "space" / "app.py"
+    monkeypatch.delenv("MODEL_ID", raising=False)
+    with pytest.raises(SystemExit, match="set MODEL_ID"):
+        runpy.run_path(str(app))
+    with pytest.raises(SystemExit):
+        exit_on_error(main, [])
+    assert capsys.readouterr().err.strip() == "error: Give the model: --model FOLDER_OR_HUB_ID, or set MODEL_ID."
+    monkeypatch.setenv("MODEL_ID", str(models / "en-de"))
+    assert isinstance(runpy.run_path(str(app))["demo"], gradio.Blocks)  # what the Space launches
