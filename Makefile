@@ -2,6 +2,8 @@
 # `make test`: the same .venv and installation, then the linter (ruff, configured in pyproject.toml) and the test suite.
 # `make test-gpu`: the GPU check (tests/gpu, left out of `make test`) on a machine with a CUDA device and a
 # CUDA build of torch (TORCH_SPEC=torch==2.13.0 from PyPI is one); it fails at once when torch sees no CUDA device.
+# `make test-browser`: the demo page in a headless browser (tests/browser, left out of `make test`): Debian's chromium
+# and chromium-driver (installed with apt-get when missing; root or sudo) and selenium (the `browser` extra).
 # torch is pinned to the CPU build these machines keep on disk; an unpinned torch pulls a multi-GB CUDA build.
 # `make test-compat`: the version matrix (tests/compat, left out of `make test`): for each transformers/torch pair in
 # COMPAT_MATRIX, a venv under COMPAT_DIR with exactly those two, the package installed beside them with its declared
@@ -15,8 +17,9 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 COMPAT_MATRIX ?= 5.4.0/2.13.0 5.12.1/2.13.0 5.24.0/2.13.0 5.24.0/2.6.0
 COMPAT_DIR ?= .venv-compat
+SUDO ?= $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install quickstart test test-gpu test-compat clean
+.PHONY: install quickstart test test-gpu test-compat test-browser clean
 
 install: $(STAMP)
 
@@ -32,7 +35,7 @@ quickstart: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -q tests --ignore=tests/gpu --ignore=tests/compat
+	$(VENV)/bin/python -m pytest -q tests --ignore=tests/gpu --ignore=tests/compat --ignore=tests/browser
 
 test-gpu: $(STAMP)
 	$(VENV)/bin/python -c "import sys, torch; torch.cuda.is_available() or sys.exit('make test-gpu: torch ' + torch.__version__ + ' sees no CUDA device')"
@@ -51,6 +54,12 @@ test-compat:
 	done; \
 	if [ -n "$$failed" ]; then echo "make test-compat failed for (transformers/torch):$$failed"; exit 1; fi; \
 	echo "make test-compat: every transformers/torch pair passed: $(COMPAT_MATRIX)"
+
+test-browser: $(STAMP)
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends chromium chromium-driver; }
+	$(VENV)/bin/python -m pip install --quiet -e ".[test,browser]"
+	$(VENV)/bin/python -m pytest -q -rs tests/browser
 
 clean:
 	rm -rf $(VENV) $(COMPAT_DIR) *.egg-info quickstart-output

@@ -24,6 +24,7 @@ When `trust_remote_code=True` is needed:
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from . import (
+    _import_noise,  # noqa: F401  (first: transformers' model code imported without torchao's noise)
     modeling_dlcl,
     modeling_dwlstm,
     modeling_highway,

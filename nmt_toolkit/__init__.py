@@ -12,3 +12,5 @@
 
 The scripts in the repository's `scripts/` folder are thin wrappers around these functions.
 """
+
+import modeling_dwlstm  # noqa: F401  (first: the family registered, transformers' model code imported quietly)

@@ -21,7 +21,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,28 +104,57 @@ def translate_sentences(
         raise ValueError("`sources` must be a list of strings, one sentence each.")
     check_decoding_settings(num_beams, length_penalty, max_tokens, generate_kwargs.get("max_new_tokens"))
     start = time.perf_counter()
-    encoded = tokenizer(list(sources), add_special_tokens=True)["input_ids"]
-    tag_id = _language_tag_id(tokenizer, language_tag)
-    if tag_id is not None:
-        encoded = [ids if ids[:1] == [tag_id] else [tag_id, *ids] for ids in encoded]
+    encoded = encode_sources(tokenizer, sources, language_tag)
+    _check_source_lengths(encoded, position_limit(model))
     hypotheses: list[str] = [""] * len(sources)
-    position_limit = getattr(model.config, "max_position_embeddings", None) or float("inf")
-    _check_source_lengths(encoded, position_limit)
+    for batch, texts in decode_batches(model, tokenizer, encoded, source_batches(sources, encoded, max_tokens),
+                                       num_beams=num_beams, length_penalty=length_penalty, **generate_kwargs):
+        for index, text in zip(batch, texts):
+            hypotheses[index] = text
+    return Translations(hypotheses=hypotheses, seconds=time.perf_counter() - start)
+
+
+def encode_sources(tokenizer, sources: Sequence[str], language_tags: str | Sequence[str | None] | None = None
+                   ) -> list[list[int]]:
+    """The token ids of `sources`, each with the `<2xx>` tag of its target language in front (`language_tags`: one
+    language for all, one per source, or None for no tag); a source that starts with its tag keeps one."""
+    encoded = tokenizer(list(sources), add_special_tokens=True)["input_ids"]
+    if language_tags is None or isinstance(language_tags, str):
+        language_tags = [language_tags] * len(encoded)
+    tag_ids = {language: _language_tag_id(tokenizer, language) for language in set(language_tags)}
+    return [ids if tag_ids[language] is None or ids[:1] == [tag_ids[language]] else [tag_ids[language], *ids]
+            for ids, language in zip(encoded, language_tags)]
+
+
+def position_limit(model) -> int | float:
+    """The longest source (in tokens) the model has positions for (infinite when its config sets none)."""
+    return getattr(model.config, "max_position_embeddings", None) or float("inf")
+
+
+def source_batches(sources: Sequence[str], encoded: Sequence[list[int]], max_tokens: int) -> list[list[int]]:
+    """The indices of the non-blank `sources` in `length_sorted_batches` of their `encoded` lengths: the batches of
+    every translation pass (blank sources are not decoded)."""
     to_translate = [index for index, source in enumerate(sources) if source.strip()]
+    return [[to_translate[position] for position in positions]
+            for positions in length_sorted_batches([len(encoded[i]) for i in to_translate], max_tokens)]
+
+
+def decode_batches(model, tokenizer, encoded: Sequence[list[int]], batches: Iterable[list[int]], num_beams: int = 4,
+                   length_penalty: float = 1.0, **generate_kwargs) -> Iterator[tuple[list[int], list[str]]]:
+    """Decode the sources `encoded[i]` of each batch of indices with `model.generate()`; yield the batch and its
+    hypotheses (stripped), one batch at a time, so that a caller can record each one as it completes."""
+    limit = position_limit(model)
     # Lengths go to generate() as `max_length` (decoder start + new tokens), since `max_new_tokens` next to
     # the model's own `max_length` makes transformers warn on every batch; positions stop at the model's limit.
     max_new_tokens = generate_kwargs.pop("max_new_tokens", None)
     model.eval()
-    with torch.inference_mode():
-        for positions in length_sorted_batches([len(encoded[i]) for i in to_translate], max_tokens):
-            batch = [to_translate[position] for position in positions]
-            inputs = tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, return_tensors="pt").to(model.device)
-            new_tokens = inputs["input_ids"].shape[1] + EXTRA_LENGTH if max_new_tokens is None else max_new_tokens
-            settings = {"max_length": int(min(1 + new_tokens, position_limit)), **generate_kwargs}
+    for batch in batches:
+        inputs = tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, return_tensors="pt").to(model.device)
+        new_tokens = inputs["input_ids"].shape[1] + EXTRA_LENGTH if max_new_tokens is None else max_new_tokens
+        settings = {"max_length": int(min(1 + new_tokens, limit)), **generate_kwargs}
+        with torch.inference_mode():  # per batch: the caller's code between batches runs outside it
             output_ids = model.generate(**inputs, num_beams=num_beams, length_penalty=length_penalty, **settings)
-            for index, text in zip(batch, tokenizer.batch_decode(output_ids, skip_special_tokens=True)):
-                hypotheses[index] = text.strip()
-    return Translations(hypotheses=hypotheses, seconds=time.perf_counter() - start)
+        yield batch, [text.strip() for text in tokenizer.batch_decode(output_ids, skip_special_tokens=True)]
 
 
 def check_decoding_settings(num_beams, length_penalty, max_tokens, max_new_tokens=None) -> None:
@@ -219,10 +248,35 @@ def paired_bootstrap(
 
 
 @dataclass
-class EvaluationArguments:
-    """What `scripts/evaluate_translation.py` reads from its command line (HfArgumentParser)."""
+class DecodingArguments:
+    """The model and how it decodes: what the evaluation and the translate command share (HfArgumentParser)."""
 
     model: str = field(metadata={"help": "A saved model directory (with its tokenizer) or a Hub id."})
+    num_beams: int = field(default=4, metadata={"help": "Beam size (the papers: 4)."})
+    length_penalty: float = field(default=1.0, metadata={"help": "transformers' length penalty exponent."})
+    max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata={"help": "Source tokens per decoding batch."})
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": f"Longest hypothesis (default: longest source + {EXTRA_LENGTH})."}
+    )
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Load a model whose code is not installed."})
+    threads: int | None = field(default=None, metadata={"help": (
+        "torch CPU threads (default: torch's). On a busy machine 1 can be several times faster.")})
+    dtype: str = field(default="float32", metadata={"choices": list(DTYPES), "help": (
+        "Weights and activations in float32 or bfloat16 (faster on CPUs with native bfloat16; see "
+        "modeling_dwlstm.precision).")})
+    quantize: str = field(default="none", metadata={"choices": list(QUANTIZATIONS), "help": (
+        "int8: every projection, the output projection included, int8 weights and dynamic int8 activations "
+        "(CPU only; see modeling_dwlstm.precision).")})
+    use_shortlist: bool = field(default=False, metadata={"help": (
+        "Decode each batch over the model's vocabulary shortlist (scripts/build_shortlist.py writes it beside the "
+        "weights; see modeling_dwlstm.generation_translation).")})
+
+
+@dataclass(kw_only=True)
+class EvaluationArguments(DecodingArguments):
+    """What `scripts/evaluate_translation.py` reads from its command line (HfArgumentParser)."""
+
     output_dir: str = field(metadata={"help": "Where hypotheses.txt and results.json are written."})
     source_file: str | None = field(default=None, metadata={"help": "Source sentences, one per line."})
     reference_file: str | None = field(default=None, metadata={"help": "References, line-aligned with the sources."})
@@ -234,20 +288,12 @@ class EvaluationArguments:
     source_lang: str | None = field(default=None, metadata={"help": "Source language code, e.g. en."})
     target_lang: str | None = field(default=None, metadata={"help": "Target language code, e.g. de."})
     max_pairs: int | None = field(default=None, metadata={"help": "Evaluate only the first pairs (quick checks)."})
-    num_beams: int = field(default=4, metadata={"help": "Beam size (the papers: 4)."})
-    length_penalty: float = field(default=1.0, metadata={"help": "transformers' length penalty exponent."})
-    max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata={"help": "Source tokens per decoding batch."})
-    max_new_tokens: int | None = field(
-        default=None, metadata={"help": f"Longest hypothesis (default: longest source + {EXTRA_LENGTH})."}
-    )
     baseline_hypotheses: str | None = field(
         default=None, metadata={"help": "Another system's hypotheses, for the paired bootstrap test."}
     )
     bootstrap_samples: int = field(default=1000, metadata={"help": "Resamples of the paired bootstrap test."})
-    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
     add_language_tag: bool = field(default=False, metadata={
         "help": "Prefix sources with the <2xx> target tag (models trained with --add_language_tag)."})
-    trust_remote_code: bool = field(default=False, metadata={"help": "Load a model whose code is not installed."})
     language_pairs: str | None = field(default=None, metadata={"help": (
         "Multilingual: decode every direction of 'en-de,de-en,de-fr,...' (or 'all') in one call, with tags; "
         "writes DIRECTION/hypotheses.txt and one results.json with `directions` and `averages`.")})
@@ -263,17 +309,6 @@ class EvaluationArguments:
         "Multilingual: report the share of outputs not in the target language (needs py3langid).")})
     overwrite_output_dir: bool = field(default=False, metadata={"help": (
         "Write into a non-empty --output_dir, replacing its hypotheses.txt and results.json (refused otherwise).")})
-    threads: int | None = field(default=None, metadata={"help": (
-        "torch CPU threads (default: torch's). On a busy machine 1 can be several times faster.")})
-    dtype: str = field(default="float32", metadata={"choices": list(DTYPES), "help": (
-        "Weights and activations in float32 or bfloat16 (faster on CPUs with native bfloat16; see "
-        "modeling_dwlstm.precision).")})
-    quantize: str = field(default="none", metadata={"choices": list(QUANTIZATIONS), "help": (
-        "int8: every projection, the output projection included, int8 weights and dynamic int8 activations "
-        "(CPU only; see modeling_dwlstm.precision).")})
-    use_shortlist: bool = field(default=False, metadata={"help": (
-        "Decode each batch over the model's vocabulary shortlist (scripts/build_shortlist.py writes it beside the "
-        "weights; see modeling_dwlstm.generation_translation).")})
 
 
 @releasing_output_dirs
@@ -285,7 +320,6 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     """
     set_threads(args.threads)
     check_evaluation_arguments(args)
-    check_precision(args.dtype, args.quantize, torch.device(args.device).type)
     if args.language_pairs:
         return evaluate_directions(args)
     sources, references = _read_test_set(args)
@@ -335,7 +369,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     return results
 
 
-def decoding_settings(args: EvaluationArguments) -> dict:
+def decoding_settings(args: DecodingArguments) -> dict:
     """`translate_sentences`' settings from `args` (the search, the batches, the length, the shortlist), one set for
     every decoding pass of an evaluation: the direct directions and both legs through a pivot."""
     return dict(num_beams=args.num_beams, length_penalty=args.length_penalty, max_tokens=args.max_tokens,
@@ -343,12 +377,18 @@ def decoding_settings(args: EvaluationArguments) -> dict:
                 **({"use_shortlist": True} if args.use_shortlist else {}))
 
 
-def check_evaluation_arguments(args: EvaluationArguments) -> None:
-    """The numbers and the device of `args`, before any file is read or written."""
-    check_positive_int(args.max_pairs, "--max_pairs", allow_none=True)
+def check_decoding_arguments(args: DecodingArguments) -> None:
+    """The decoding numbers, the device and the precision of `args`, before any file is read or written."""
     check_decoding_settings(args.num_beams, args.length_penalty, args.max_tokens, args.max_new_tokens)
-    check_positive_int(args.bootstrap_samples, "--bootstrap_samples")
     check_device(args.device)
+    check_precision(args.dtype, args.quantize, torch.device(args.device).type)
+
+
+def check_evaluation_arguments(args: EvaluationArguments) -> None:
+    """The numbers, the device and the precision of `args`, before any file is read or written."""
+    check_positive_int(args.max_pairs, "--max_pairs", allow_none=True)
+    check_positive_int(args.bootstrap_samples, "--bootstrap_samples")
+    check_decoding_arguments(args)
     if args.pivot and not args.language_pairs:
         raise ValueError("--pivot translates the directions of a multilingual evaluation through a language: pass "
                          "--language_pairs (e.g. en-de,de-en,de-fr --pivot en).")
@@ -419,7 +459,7 @@ def _check_inputs_not_written(args: EvaluationArguments, outputs: list[Path]) ->
             raise ValueError(f"{flag} {path} is the file this evaluation writes; give another --output_dir.")
 
 
-def load_model_for_evaluation(args: EvaluationArguments):
+def load_model_for_evaluation(args: DecodingArguments):
     """The model of `args.model` on `args.device`, in `args.dtype` and quantised as `args.quantize` says
     (`precision.prepare_for_inference`); the settings are checked before the model is loaded."""
     check_precision(args.dtype, args.quantize, torch.device(args.device).type)
@@ -459,7 +499,12 @@ def write_json(results: dict, path: str | os.PathLike) -> None:
 def write_lines(lines: Sequence[str], path: str | os.PathLike) -> None:
     """One line per hypothesis, atomically (a line break inside a hypothesis becomes a space, so that
     `files.read_lines` gives the lines back in the same places)."""
-    atomic_write_text(path, "".join(line.replace("\n", " ").replace("\r", " ") + "\n" for line in lines))
+    atomic_write_text(path, lines_text(lines))
+
+
+def lines_text(lines: Sequence[str]) -> str:
+    """`lines` as the text of a line file, a line break inside one of them becoming a space (see `write_lines`)."""
+    return "".join(line.replace("\n", " ").replace("\r", " ") + "\n" for line in lines)
 
 
 def _language_tag_id(tokenizer, language: str | None) -> int | None:

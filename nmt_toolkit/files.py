@@ -80,6 +80,15 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     it and saying what to do."""
     try:
         data = Path(path).read_bytes()
+    except OSError as error:
+        raise ValueError(f"Cannot read the text file {path}: {error}") from error
+    return text_lines(data, path)
+
+
+def text_lines(data: bytes, path) -> list[str]:
+    """The lines of the bytes `data` read from `path` (a file's name, or e.g. "standard input"), as `read_lines`
+    gives them."""
+    try:
         if data.startswith(GZIP_MAGIC):  # test.de.gz, as the corpus folders hold them
             data = gzip.decompress(data)
     except (OSError, EOFError, gzip.BadGzipFile) as error:

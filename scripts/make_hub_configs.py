@@ -1,19 +1,7 @@
-"""Regenerate hub_configs/ from modeling_dwlstm.paper_configs (the papers' settings)."""
+"""`dwlstm-make-hub-configs` (installed with the package) from a clone: the code and its --help are in
+`nmt_toolkit.commands.make_hub_configs`."""
 
-import argparse
-
-from modeling_dwlstm.paper_configs import write_hub_configs
-from nmt_toolkit.cli import exit_on_error
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--output_dir", default="hub_configs")
-    parser.add_argument("--overwrite", action="store_true", help="Replace presets that differ (edited by hand).")
-    args = parser.parse_args(argv)
-    for path in write_hub_configs(args.output_dir, overwrite=args.overwrite):
-        print(path)
-
+from nmt_toolkit.commands.make_hub_configs import main, run  # noqa: F401  (main: the tests call it in-process)
 
 if __name__ == "__main__":
-    exit_on_error(main)
+    run()

@@ -1,7 +1,9 @@
 """The user-facing documents hold together: every relative link resolves (to a file, and for `#anchor` links into
-Markdown to a heading), every `scripts/...` command they show exists and uses only flags its `--help` lists, and
-nothing cites what users cannot see (tracker numbers, the project's private specification or papers folder)."""
+Markdown to a heading), every `scripts/...` or installed `dwlstm-...` command they show exists and uses only flags
+its `--help` lists, and nothing cites what users cannot see (tracker numbers, the project's private specification or
+papers folder)."""
 
+import configparser
 import re
 import urllib.parse
 from pathlib import Path
@@ -22,6 +24,12 @@ LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^
 HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)[ \t#]*$", re.M)
 HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"", re.I)
 SCRIPT = re.compile(r"\bscripts/([\w-]+)\.(py|sh)\b")
+# The installed commands (setup.cfg's console entry points) and the script each one is: dwlstm-train -> train_translation
+_SETUP = configparser.ConfigParser()
+_SETUP.read(ROOT / "setup.cfg")
+INSTALLED = {name.strip(): target.split(":")[0].rsplit(".", 1)[1].strip() for name, target in
+             (line.split("=") for line in _SETUP["options.entry_points"]["console_scripts"].strip().splitlines())}
+COMMAND_NAME = re.compile(r"(?<![\w/.-])(dwlstm-[a-z0-9-]+)(?![\w/.-])")
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z0-9][\w-]*")
 FORBIDDEN = {
     "a tracker reference": re.compile(r"\bissues? #?\d+", re.I),
@@ -105,18 +113,27 @@ def commands(path: Path) -> list[str]:
         for line in re.sub(r"\\\n", " ", block.group(0)).splitlines():
             found.append(re.sub(r"(^|\s)#.*", "", line))
     found += [span for _, span in INLINE_CODE.findall(FENCE.sub("", text))]
-    return [command for command in found if SCRIPT.search(command)]
+    return [command for command in found if named_scripts(command)]
+
+
+def named_scripts(segment: str) -> list[tuple[str, str, int, int]]:
+    """(script, kind, start, end) of each `scripts/<name>.py|sh` and each installed command (`dwlstm-train`: its
+    script, train_translation) in `segment`, in order."""
+    found = [(match.group(1), match.group(2), match.start(), match.end()) for match in SCRIPT.finditer(segment)]
+    found += [(INSTALLED[match.group(1)], "py", match.start(), match.end()) for match in COMMAND_NAME.finditer(segment)
+              if match.group(1) in INSTALLED]
+    return sorted(found, key=lambda item: item[2])
 
 
 def script_flags(command: str) -> list[tuple[str, str]]:
     """(script, flag) for each flag after each `scripts/<name>.py` of a command (flags before it are a launcher's)."""
     pairs = []
     for segment in re.split(r"\|\||&&|[|;]", command):
-        scripts = list(SCRIPT.finditer(segment))
-        for this, following in zip(scripts, [*scripts[1:], None]):
-            if this.group(2) == "py":
-                arguments = segment[this.end(): following.start() if following else None]
-                pairs += [(this.group(1), flag.split("=")[0]) for flag in FLAG.findall(arguments)]
+        scripts = named_scripts(segment)
+        for (name, kind, _, end), following in zip(scripts, [*scripts[1:], None]):
+            if kind == "py":
+                arguments = segment[end: following[2] if following else None]
+                pairs += [(name, flag.split("=")[0]) for flag in FLAG.findall(arguments)]
     return pairs
 
 
@@ -124,6 +141,9 @@ def script_flags(command: str) -> list[tuple[str, str]]:
 def test_every_script_named_exists(path):
     text = path.read_text(encoding="utf-8")
     missing = sorted({match.group(0) for match in SCRIPT.finditer(text) if not (ROOT / match.group(0)).is_file()})
+    missing += sorted({segment.split()[0] for command in commands(path) for segment in re.split(r"\|\||&&|[|;]", command)
+                       if segment.split() and segment.split()[0].startswith("dwlstm-")
+                       and segment.split()[0] not in INSTALLED})
     assert not missing, f"{rel(path)} names scripts that do not exist: {missing}"
 
 
@@ -139,6 +159,9 @@ def test_flags_are_read_from_whole_commands():
                "--dataset=d && python scripts/average_checkpoints.py --last 5")
     assert script_flags(command) == [("train_translation", "--model_name_or_path"), ("train_translation", "--max_tokens"),
                                      ("train_translation", "--dataset"), ("average_checkpoints", "--last")]
+    installed = "dwlstm-train --dataset d --model_name_or_path hub_configs/dwlstm-base-6l.json | dwlstm-translate --quiet"
+    assert script_flags(installed) == [("train_translation", "--dataset"), ("train_translation", "--model_name_or_path"),
+                                       ("translate", "--quiet")]
 
 
 @pytest.mark.parametrize("path", CITING_DOCS, ids=rel)

@@ -1,0 +1,7 @@
+"""`dwlstm-demo` (installed with the package) from a clone: the code and its --help are in
+`nmt_toolkit.commands.demo`."""
+
+from nmt_toolkit.commands.demo import main, run  # noqa: F401  (main: the tests call it in-process)
+
+if __name__ == "__main__":
+    run()

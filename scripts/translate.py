@@ -1,0 +1,7 @@
+"""`dwlstm-translate` (installed with the package) from a clone: the code and its --help are in
+`nmt_toolkit.commands.translate`."""
+
+from nmt_toolkit.commands.translate import main, run  # noqa: F401  (main: the tests call it in-process)
+
+if __name__ == "__main__":
+    run()

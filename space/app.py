@@ -1,0 +1,15 @@
+"""The demo page (nmt_toolkit.demo) as a Hugging Face Space runs it: `python app.py`, the model named
+by the Space's MODEL_ID variable (Settings -> Variables), e.g. MODEL_ID=user/dwlstm-m30k-ende."""
+
+import os
+import sys
+
+import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes and the pipeline)
+from nmt_toolkit.demo import MODEL_VARIABLE, build_demo
+
+if not os.environ.get(MODEL_VARIABLE):
+    sys.exit(f"app.py: set {MODEL_VARIABLE} to a Hub model id (or a local model folder).")
+demo = build_demo(os.environ[MODEL_VARIABLE])
+
+if __name__ == "__main__":
+    demo.launch()
