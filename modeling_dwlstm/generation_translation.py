@@ -230,10 +230,10 @@ def translation_generate(model, inputs=None, **kwargs):
     loop through its public `custom_generate` argument; any other call runs transformers' own loop, with a
     warning where the caller asked for something only this loop does (a shortlist, compiled steps)."""
     if kwargs.get("max_new_tokens") is not None and kwargs.get("max_length") is None:
-        # The call's length wins over the saved max_length (the papers' 256) without transformers' warning that
-        # both were set: the saved one is a default, not the caller's.
-        kwargs["generation_config"] = copy.deepcopy(kwargs.get("generation_config") or model.generation_config)
-        kwargs["generation_config"].max_length = None
+        # The call's length wins over the saved max_length (the papers' 256), as generate() would make it, without
+        # its warning that both were set: the saved one is a default, not the caller's.
+        prompt = kwargs.get("decoder_input_ids")
+        kwargs["max_length"] = kwargs.pop("max_new_tokens") + (prompt.shape[-1] if prompt is not None else 1)
     config = call_generation_config(model, kwargs)
     if config.cache_implementation == "static" and not STATIC_CACHE_COUNTS_POSITIONS:
         raise ValueError(f"cache_implementation='static' needs transformers 5.4 or newer (installed: "

@@ -730,3 +730,16 @@ def test_compiled_decoding_with_a_shortlist_decodes_the_same(route, fresh_compil
         assert_same_output(model.generate(SOURCES, attention_mask=MASK, **settings, **compile_options(counter)),
                            model.generate(SOURCES, attention_mask=MASK, **settings))
     assert counter.graphs == 2
+
+
+def test_max_new_tokens_wins_over_the_saved_max_length_without_a_warning(caplog):
+    """The saved generation config's max_length (the papers' 256) is a default: a call's max_new_tokens decides,
+    as in transformers' own generate(), and nothing warns that both were set."""
+    model = tiny_model("dwlstm")
+    model.generation_config.max_length = 64
+    with caplog.at_level("WARNING"):
+        for num_beams in (1, 3):
+            output = model.generate(SOURCES, attention_mask=MASK, num_beams=num_beams, max_new_tokens=5,
+                                    min_new_tokens=5)
+            assert output.shape[1] == 1 + 5
+    assert not [record for record in caplog.records if "max_length" in record.getMessage()]
