@@ -342,7 +342,8 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, hidden_states, attention_mask=None, key_value_states=None, past_key_values=None, output_attentions=False):
         query, keys, values = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T, d/H)
-        rows_per_sentence = query.shape[0] // keys.shape[0]  # > 1: beams sharing their sentence's cross-attention keys
+        # > 1: beams sharing their sentence's cross-attention keys; an empty batch has no sentences to share them
+        rows_per_sentence = query.shape[0] // keys.shape[0] if keys.shape[0] else 1
         if rows_per_sentence > 1:
             query = fold_rows(query, rows_per_sentence)  # (sentences, H, beams * Tq, d/H)
         dropout = self.dropout if self.training else 0.0
