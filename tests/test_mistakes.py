@@ -16,12 +16,14 @@ import datasets
 import huggingface_hub.constants
 import pytest
 import torch
+from ctranslate2.specs import model_spec
 from conftest import MULTI30K, read_multi30k, run_as_main, run_script
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from modeling_dwlstm import DwLstmConfig
+from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit import evaluation as evaluation_module
+from nmt_toolkit import onnx_export
 from nmt_toolkit.checkpoints import load_saved_model
 from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.data import check_unknown_tokens, load_parallel_corpus, tokenize_pairs, train_corpus_tokenizer
@@ -44,9 +46,9 @@ pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k is not at {MULTI30K}")]
 
 
-def save_model(folder: Path, tokenizer, language_pairs: list[str]) -> Path:
+def save_model(folder: Path, tokenizer, language_pairs: list[str], config_class=DwLstmConfig) -> Path:
     torch.manual_seed(0)
-    config = DwLstmConfig(**tokenizer_model_kwargs(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
+    config = config_class(**tokenizer_model_kwargs(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
                           encoder_attention_heads=2, decoder_attention_heads=2, ffn_dim=16,
                           max_position_embeddings=128, language_pairs=language_pairs)
     AutoModelForSeq2SeqLM.from_config(config).save_pretrained(folder)
@@ -456,3 +458,61 @@ def test_evaluation_into_a_closed_pipe_ends_without_a_traceback(models, tmp_path
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
     assert process.returncode == 1
     assert (tmp_path / "eval" / "results.json").is_file(), "the results are written all the same"
+
+
+# --- Overwriting: the folder ends as a fresh run leaves it, whatever it held and wherever the run stopped ----------
+
+def folder_contents(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def quick_onnx_graphs(monkeypatch, interrupted_at: str | None = None):
+    """The ONNX graph writers replaced by ones that write a line (torch.export takes seconds a graph): the folder's
+    handling is under test, not the graphs. `interrupted_at`: the graph during which Ctrl-C is pressed."""
+    def writer(kind):
+        def write(model, path, *rest):
+            if kind == interrupted_at:
+                raise KeyboardInterrupt
+            Path(path).write_text(f"new {kind}")
+        return write
+
+    monkeypatch.setattr(onnx_export, "export_encoder", writer("encoder"))
+    monkeypatch.setattr(onnx_export, "export_decoder_step", writer("decoder"))
+    monkeypatch.setattr(onnx_export, "quantize_int8", lambda source, target, external: writer("int8")(None, target))
+
+
+def test_an_overwritten_onnx_export_is_a_fresh_one_even_when_interrupted(models, tmp_path, monkeypatch):
+    quick_onnx_graphs(monkeypatch)
+    run_script("export_onnx", "--model", models["bilingual"], "--output_dir", tmp_path / "fresh", "--no_int8")
+    old = tmp_path / "old"
+    run_script("export_onnx", "--model", models["bilingual"], "--output_dir", old)  # int8 graphs too
+    for graph in old.glob("*.onnx"):
+        graph.write_text("old graph")
+    before = folder_contents(old)
+    quick_onnx_graphs(monkeypatch, interrupted_at="decoder")
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C after the new encoder graph was written
+        run_script("export_onnx", "--model", models["bilingual"], "--output_dir", old, "--overwrite_output_dir",
+                   "--no_int8")
+    assert folder_contents(old) == before, "the old export, whole: no new graph beside old ones"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["fresh", "old"], "no staging folder left"
+    quick_onnx_graphs(monkeypatch)
+    run_script("export_onnx", "--model", models["bilingual"], "--output_dir", old, "--overwrite_output_dir",
+               "--no_int8")
+    assert folder_contents(old).keys() == folder_contents(tmp_path / "fresh").keys()  # no int8 graphs left
+    assert json.loads((old / onnx_export.INFO_FILE).read_text())["graphs"].keys() == {"float32"}
+
+
+def test_an_interrupted_ctranslate2_overwrite_keeps_the_old_export(models, tmp_path, monkeypatch):
+    tokenizer = AutoTokenizer.from_pretrained(models["bilingual"])
+    model = save_model(tmp_path / "residual", tokenizer, ["en-de"], ResidualTransformerConfig)
+    run_script("export_ctranslate2", "--model", model, "--output_dir", tmp_path / "ct2")
+    before = folder_contents(tmp_path / "ct2")
+
+    def interrupted(spec, output_dir):  # Ctrl-C while the new model is written
+        Path(output_dir, "model.bin").write_bytes(b"half a model")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(model_spec.ModelSpec, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_script("export_ctranslate2", "--model", model, "--output_dir", tmp_path / "ct2", "--overwrite_output_dir")
+    assert folder_contents(tmp_path / "ct2") == before
