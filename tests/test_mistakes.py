@@ -16,8 +16,8 @@ import datasets
 import huggingface_hub.constants
 import pytest
 import torch
-from ctranslate2.specs import model_spec
 from conftest import MULTI30K, read_multi30k, run_as_main, run_script
+from ctranslate2.specs import model_spec
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
