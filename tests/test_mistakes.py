@@ -516,3 +516,16 @@ def test_an_interrupted_ctranslate2_overwrite_keeps_the_old_export(models, tmp_p
     with pytest.raises(KeyboardInterrupt):
         run_script("export_ctranslate2", "--model", model, "--output_dir", tmp_path / "ct2", "--overwrite_output_dir")
     assert folder_contents(tmp_path / "ct2") == before
+
+
+def test_an_overwritten_synthetic_corpus_holds_no_file_of_the_old_one(tmp_path):
+    small = ["--train_pairs", "20", "--validation_pairs", "0", "--vocabulary_size", "100"]
+    run_script("make_synthetic_corpus", "--output_dir", tmp_path / "corpus", *small, "--formats", "text", "jsonl")
+    run_script("make_synthetic_corpus", "--output_dir", tmp_path / "fresh", *small, "--seed", "1")
+    run_script("make_synthetic_corpus", "--output_dir", tmp_path / "corpus", *small, "--seed", "1",
+               "--overwrite_output_dir")
+    assert not (tmp_path / "corpus" / "train.jsonl.gz").exists(), "the readers prefer it to train.{en,de}.gz"
+    fresh = folder_contents(tmp_path / "fresh")
+    assert folder_contents(tmp_path / "corpus").keys() == fresh.keys()
+    assert load_parallel_corpus(tmp_path / "corpus", "en", "de")[:] == load_parallel_corpus(tmp_path / "fresh", "en",
+                                                                                            "de")[:]
