@@ -866,7 +866,8 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
         `custom_pipelines`, so that `pipeline("translation", model=save_directory, trust_remote_code=True)` works
         anywhere: its file, pipeline_translation.py, is written with the model's code, whether this model came from
         the package or from remote code. A vocabulary shortlist (`shortlist`) is written beside the weights
-        (`shortlist.safetensors`), first, so that a push to the Hub carries it. An int8-prepared model is refused
+        (`shortlist.safetensors`), first, so that a push to the Hub carries it; without one, a shortlist already in the
+        folder (another model's) is deleted. An int8-prepared model is refused
         before anything is written: its int8 weights would load back as floats, silently wrong."""
         # Imported here so that loading a model does not import transformers.pipelines (seconds). transformers reads
         # relative imports from the source text, this one included, so the file still travels with the model code:
@@ -879,9 +880,12 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
         others = {task: entry for task, entry in (getattr(self.config, "custom_pipelines", None) or {}).items()
                   if not task.startswith("translation")}  # ours are rewritten: language_pairs may have changed
         self.config.custom_pipelines = {**others, **translation_pipeline_entries(self.config.language_pairs)}
+        shortlist_path = os.path.join(save_directory, SHORTLIST_FILE)
         if getattr(self, "shortlist", None) is not None and kwargs.get("is_main_process", True):
             os.makedirs(save_directory, exist_ok=True)
-            self.shortlist.save(os.path.join(save_directory, SHORTLIST_FILE))
+            self.shortlist.save(shortlist_path)
+        elif os.path.isfile(shortlist_path) and kwargs.get("is_main_process", True):
+            os.remove(shortlist_path)  # another model's: it would be loaded with this one
         # FSDP2 (`fully_shard`) gives a sharded model a subclass defined in torch: the code saved beside the weights
         # and config.json's auto_map must name this family's class, not torch's files.
         sharded_class = type(self)

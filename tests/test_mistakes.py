@@ -17,10 +17,12 @@ import huggingface_hub.constants
 import pytest
 import torch
 from conftest import MULTI30K, read_multi30k, run_as_main, run_script
+from hub_server import LoopbackHub
 from ctranslate2.specs import model_spec
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
+from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit import evaluation as evaluation_module
 from nmt_toolkit import onnx_export
@@ -529,3 +531,19 @@ def test_an_overwritten_synthetic_corpus_holds_no_file_of_the_old_one(tmp_path):
     assert folder_contents(tmp_path / "corpus").keys() == fresh.keys()
     assert load_parallel_corpus(tmp_path / "corpus", "en", "de")[:] == load_parallel_corpus(tmp_path / "fresh", "en",
                                                                                             "de")[:]
+
+
+def test_a_model_pushed_or_saved_over_another_carries_none_of_its_files(models, tmp_path):
+    """Model A with a shortlist, then model B without one, pushed to one Hub repository and saved into one folder:
+    A's shortlist.safetensors is gone both times (B would decode over A's table)."""
+    tokenizer = AutoTokenizer.from_pretrained(models["bilingual"])
+    with_shortlist, without = load_saved_model(models["bilingual"]), load_saved_model(models["bilingual"])
+    vocabulary = with_shortlist.config.vocab_size
+    with_shortlist.shortlist = Shortlist(torch.zeros(vocabulary, 1, dtype=torch.long), torch.arange(4))
+    with LoopbackHub() as hub:
+        for model in (with_shortlist, without):
+            push_translation_model(model, tokenizer, "user/model", "card", endpoint=hub.endpoint, token="t")
+            assert (SHORTLIST_FILE in hub.repos["user/model"]) == (model is with_shortlist)
+    for model in (with_shortlist, without):
+        model.save_pretrained(tmp_path / "model")
+    assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "model").shortlist is None
