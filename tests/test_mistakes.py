@@ -17,8 +17,8 @@ import huggingface_hub.constants
 import pytest
 import torch
 from conftest import MULTI30K, read_multi30k, run_as_main, run_script
-from hub_server import LoopbackHub
 from ctranslate2.specs import model_spec
+from hub_server import LoopbackHub
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
