@@ -40,6 +40,7 @@ from .data import load_parallel_corpus
 from .files import (
     atomic_write_json,
     atomic_write_text,
+    clear_output_dir,
     prepare_output_dir,
     read_lines,
     releasing_output_dirs,
@@ -262,7 +263,8 @@ class EvaluationArguments:
     off_target: bool = field(default=True, metadata={"help": (
         "Multilingual: report the share of outputs not in the target language (needs py3langid).")})
     overwrite_output_dir: bool = field(default=False, metadata={"help": (
-        "Write into a non-empty --output_dir, replacing its hypotheses.txt and results.json (refused otherwise).")})
+        "Write into a non-empty --output_dir, deleting what it holds first (an earlier evaluation; refused "
+        "otherwise).")})
     threads: int | None = field(default=None, metadata={"help": (
         "torch CPU threads (default: torch's). On a busy machine 1 can be several times faster.")})
     dtype: str = field(default="float32", metadata={"choices": list(DTYPES), "help": (
@@ -298,7 +300,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     baseline = read_lines(args.baseline_hypotheses) if args.baseline_hypotheses else None
     if baseline is not None:
         check_parallel(baseline, references, f"baseline hypotheses in {args.baseline_hypotheses}", "references")
-    prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before loading and decoding, not after
+    prepare_evaluation_dir(args)  # before loading and decoding, not after
     tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
     model = load_model_for_evaluation(args)
     check_directions(model, tokenizer, [(args.source_lang, args.target_lang)], with_tags=args.add_language_tag)
@@ -407,6 +409,18 @@ def _warn_untrained_direction(pairs: Sequence[str], direction: tuple[str | None,
     if pairs and None not in direction and name not in pairs:
         logger.warning("The model's config lists the direction(s) %s, not %s: check --source_lang/--target_lang.",
                        pairs, name)
+
+
+def prepare_evaluation_dir(args: EvaluationArguments, baseline_files: list[str] | None = None) -> None:
+    """Claim and check `args.output_dir` (`prepare_output_dir`); with --overwrite_output_dir, empty it first: an
+    earlier evaluation's files (another direction's hypotheses, its pivot outputs) must not stand beside this one's.
+    Refused when the folder is or holds one of the evaluation's inputs."""
+    prepare_output_dir(args.output_dir, args.overwrite_output_dir)
+    if args.overwrite_output_dir:
+        clear_output_dir(args.output_dir, {
+            "--model": args.model, "--data": args.data, "--source_file": args.source_file,
+            "--reference_file": args.reference_file, "--baseline_hypotheses": args.baseline_hypotheses,
+            "--baseline_results": args.baseline_results, "a baseline's hypotheses": baseline_files})
 
 
 def _check_inputs_not_written(args: EvaluationArguments, outputs: list[Path]) -> None:
@@ -650,7 +664,7 @@ def evaluate_directions(args) -> dict:
     for name in baseline_hypotheses or ():
         check_parallel(baseline_hypotheses[name], [pair[name.split("-")[1]] for pair in tests[name]],
                        f"baseline hypotheses in {baseline[name]}", f"the {name} references")
-    prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before loading and decoding, not after
+    prepare_evaluation_dir(args, list(baseline.values()) if baseline else None)  # before loading and decoding
     tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
     model = load_model_for_evaluation(args)
     check_directions(model, tokenizer, [tuple(name.split("-")) for name in names], with_tags=True)

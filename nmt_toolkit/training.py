@@ -95,6 +95,7 @@ from .files import (
     DiskFull,
     atomic_write_json,
     claim_output_dir,
+    clear_output_dir,
     is_no_space_error,
     prepare_output_dir,
     releasing_output_dirs,
@@ -216,7 +217,8 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     generation_num_beams: int | None = field(default=4, metadata={"help": "Beam size for validation BLEU."})
     output_dir: str | None = field(default=None, metadata={"help": "Where checkpoints and the final model go."})
     overwrite_output_dir: bool = field(default=False, metadata={"help": (
-        "Train into a non-empty --output_dir, deleting its checkpoints first (refused otherwise).")})
+        "Train into a non-empty --output_dir, deleting what it holds first: the old run's checkpoints, final model "
+        "and evaluations (refused otherwise).")})
     robt: float = field(default=0.0, metadata={"help": (
         "Multilingual: random online back-translation (Zhang et al. 2020): this share of each batch's pairs (x, y) "
         "also trains as (<2t> x', y), x' the current model's greedy translation of y into a random other language; "
@@ -601,8 +603,11 @@ def _resolve_resume(training_args: TranslationTrainingArguments, sources: dict |
             prepare_output_dir(training_args.output_dir, training_args.overwrite_output_dir)
             old_checkpoints = list(Path(training_args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"))
             _check_sources_kept(old_checkpoints, sources or {})
-            for old in old_checkpoints:
-                shutil.rmtree(old)  # another run's checkpoints must not be resumed or averaged with this one's
+            # Everything of the old run goes, not only its checkpoints (which must not be resumed or averaged with
+            # this run's): its final model would otherwise stand beside this run's checkpoints until the end, and
+            # be loaded as this run's if it stops early.
+            clear_output_dir(training_args.output_dir, sources,
+                             deletable=lambda entry: entry.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-"))
         return None
     if training_args.should_save:
         prepare_output_dir(training_args.output_dir, overwrite=True)
@@ -787,7 +792,8 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
                          " (0.1 by default); set it with --config_overrides label_smoothing=...")
     set_threads(model_args.threads)
     resume = _resolve_resume(training_args, {"--model_name_or_path": model_args.model_name_or_path,
-                                             "--tokenizer_name_or_path": model_args.tokenizer_name_or_path})
+                                             "--tokenizer_name_or_path": model_args.tokenizer_name_or_path,
+                                             "--dataset": data_args.dataset})
     _log_to_file(training_args)
     set_seed(training_args.seed)
     if data_args.language_pairs:

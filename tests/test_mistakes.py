@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ import torch
 from conftest import MULTI30K, read_multi30k, run_as_main, run_script
 from ctranslate2.specs import model_spec
 from hub_server import LoopbackHub
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainer
 
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist
@@ -547,3 +548,76 @@ def test_a_model_pushed_or_saved_over_another_carries_none_of_its_files(models, 
     for model in (with_shortlist, without):
         model.save_pretrained(tmp_path / "model")
     assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "model").shortlist is None
+
+
+def tiny_training(tmp_path: Path, output_dir: Path, **training) -> tuple:
+    """A one-step training run of a tiny model on two pairs (its tokenizer and data made once under `tmp_path`)."""
+    data = tmp_path / "data"
+    if not data.exists():
+        write_pair(data, "a man .\ntwo dogs .\n", "ein mann .\nzwei hunde .\n", "train")
+        train_joint_bpe_tokenizer(["a man .", "two dogs .", "ein mann .", "zwei hunde ."],
+                                  vocab_size=60).save_pretrained(tmp_path / "tokenizer")
+        (tmp_path / "tiny.json").write_text(json.dumps({"model_type": "dwlstm", "d_model": 16, "ffn_dim": 16,
+                                                        "encoder_layers": 1, "decoder_layers": 1,
+                                                        "encoder_attention_heads": 2, "decoder_attention_heads": 2}))
+    return (ModelArguments(str(tmp_path / "tiny.json"), str(tmp_path / "tokenizer")),
+            DataArguments(dataset=str(data), source_lang="en", target_lang="de"),
+            TranslationTrainingArguments(output_dir=str(output_dir), max_steps=1, use_cpu=True, **training))
+
+
+def test_training_over_an_old_run_leaves_nothing_of_it_even_when_interrupted(models, tmp_path, monkeypatch):
+    train_translation(*tiny_training(tmp_path, tmp_path / "fresh"))
+    run = tmp_path / "run"
+    shutil.copytree(models["bilingual"], run)  # an old run's final model, its evaluation and a checkpoint
+    write_pair(run / "test", "old hypothesis\n", "", "hypotheses")
+    shutil.copytree(models["bilingual"], run / "checkpoint-9")
+    (run / "checkpoint-9" / "trainer_state.json").write_text("{}")
+    monkeypatch.setattr(Seq2SeqTrainer, "train", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C as training starts: the old final model must not stay
+        train_translation(*tiny_training(tmp_path, run, overwrite_output_dir=True))
+    assert not (run / "model.safetensors").exists() and not (run / "test").exists()
+    monkeypatch.undo()
+    shutil.copytree(models["bilingual"], run, dirs_exist_ok=True)
+    train_translation(*tiny_training(tmp_path, run, overwrite_output_dir=True))
+    assert folder_contents(run).keys() == folder_contents(tmp_path / "fresh").keys()
+
+
+def test_overwriting_refuses_to_empty_a_folder_of_other_runs_or_inputs(models, tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    shutil.copytree(models["bilingual"], runs / "other-run")
+    with pytest.raises(ValueError, match=r"--overwrite_output_dir would delete what .*runs holds, and it holds the "
+                                         r"saved model\(s\) or run\(s\) other-run: move them out"):
+        train_translation(*tiny_training(tmp_path, runs, overwrite_output_dir=True))
+    monkeypatch.chdir(runs / "other-run")
+    with pytest.raises(ValueError, match="the current folder among it"):
+        train_translation(*tiny_training(tmp_path, runs / "other-run", overwrite_output_dir=True))
+    assert folder_contents(runs / "other-run") == folder_contents(models["bilingual"])
+
+
+def test_an_overwritten_evaluation_holds_only_the_new_one(models, tmp_path):
+    def evaluate(output_dir, pairs, **settings):
+        run_evaluation(evaluation(models["multilingual"], output_dir, data=str(MULTI30K), split="test_2016_flickr",
+                                  max_pairs=2, language_pairs=pairs, off_target=False, **settings))
+
+    evaluate(tmp_path / "fresh", "en-fr")
+    evaluate(tmp_path / "eval", "en-de,de-en")
+    evaluate(tmp_path / "eval", "en-fr", overwrite_output_dir=True)
+    assert folder_contents(tmp_path / "eval").keys() == folder_contents(tmp_path / "fresh").keys()
+    with pytest.raises(ValueError, match=r"is or holds --model .*, an input of this run"):
+        evaluate(models["multilingual"], "en-fr", overwrite_output_dir=True)
+    assert (models["multilingual"] / "model.safetensors").is_file()
+
+
+def test_an_overwritten_analysis_folder_holds_only_the_new_analysis(models, tmp_path):
+    def plot_internals(output_dir, *flags):
+        run_script("plot_internals", "--model", models["bilingual"], "--data", MULTI30K, "--source_lang", "en",
+                   "--target_lang", "de", "--split", "val", "--max_sentences", "2", "--threads", "1", "--output_dir",
+                   output_dir, *flags)
+
+    plot_internals(tmp_path / "fresh")
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "gates.json").write_text("{}")  # an earlier analysis's
+    plot_internals(tmp_path / "plots", "--overwrite_output_dir")
+    assert folder_contents(tmp_path / "plots").keys() == folder_contents(tmp_path / "fresh").keys()
+    with pytest.raises(ValueError, match="is or holds --model"):
+        plot_internals(models["bilingual"], "--overwrite_output_dir")
