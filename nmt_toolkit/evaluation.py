@@ -47,6 +47,7 @@ from .files import (
     set_threads,
 )
 from .multilingual import ALL_PAIRS, PIVOT, corpus_languages, pair_name, parse_language_pairs, tag_source
+from .shortlist import check_shortlist_direction
 
 logger = logging.getLogger(__name__)
 
@@ -302,7 +303,8 @@ def run_evaluation(args: EvaluationArguments) -> dict:
         check_parallel(baseline, references, f"baseline hypotheses in {args.baseline_hypotheses}", "references")
     prepare_evaluation_dir(args)  # before loading and decoding, not after
     tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
-    model = load_model_for_evaluation(args)
+    directions = [f"{args.source_lang}-{args.target_lang}"] if args.source_lang and args.target_lang else []
+    model = load_model_for_evaluation(args, directions)
     check_directions(model, tokenizer, [(args.source_lang, args.target_lang)], with_tags=args.add_language_tag)
     translations = translate_sentences(
         model, tokenizer, sources, language_tag=args.target_lang if args.add_language_tag else None,
@@ -433,14 +435,17 @@ def _check_inputs_not_written(args: EvaluationArguments, outputs: list[Path]) ->
             raise ValueError(f"{flag} {path} is the file this evaluation writes; give another --output_dir.")
 
 
-def load_model_for_evaluation(args: EvaluationArguments):
+def load_model_for_evaluation(args: EvaluationArguments, directions: Sequence[str] = ()):
     """The model of `args.model` on `args.device`, in `args.dtype` and quantised as `args.quantize` says
-    (`precision.prepare_for_inference`); the settings are checked before the model is loaded."""
+    (`precision.prepare_for_inference`); the settings are checked before the model is loaded, and with
+    --use_shortlist that its shortlist was built for the `directions` decoded ("en-de")."""
     check_precision(args.dtype, args.quantize, torch.device(args.device).type)
     model = load_saved_model(args.model, "--model", trust_remote_code=args.trust_remote_code)
     if args.use_shortlist and getattr(model, "shortlist", None) is None:
         raise ValueError(f"--use_shortlist: {args.model} has no shortlist.safetensors; build it with "
                          f"scripts/build_shortlist.py --model {args.model} --data ... (the training corpus).")
+    if args.use_shortlist:
+        check_shortlist_direction(model.shortlist, directions)
     return prepare_for_inference(model.to(args.device), dtype=args.dtype, quantize=args.quantize)
 
 
@@ -666,7 +671,8 @@ def evaluate_directions(args) -> dict:
                        f"baseline hypotheses in {baseline[name]}", f"the {name} references")
     prepare_evaluation_dir(args, list(baseline.values()) if baseline else None)  # before loading and decoding
     tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
-    model = load_model_for_evaluation(args)
+    legs = [pair_name(leg) for name in pivoted for leg in pivot_legs(name, args.pivot)]
+    model = load_model_for_evaluation(args, list(dict.fromkeys(names + legs)))
     check_directions(model, tokenizer, [tuple(name.split("-")) for name in names], with_tags=True)
     if pivoted:
         check_directions(model, tokenizer, [leg for name in pivoted for leg in pivot_legs(name, args.pivot)], True)

@@ -144,11 +144,16 @@ def build_shortlist_for_model(model_dir: str, data: str, source_lang: str, targe
     size) and write it as `shortlist.safetensors` into `output_dir` (default: `model_dir`, where `from_pretrained`
     finds it); a folder with a checksum manifest gets it recorded. Returns the file's path."""
     tokenizer = load_saved_tokenizer(model_dir, "--model")
-    vocab_size = AutoConfig.from_pretrained(model_dir).vocab_size
+    config = AutoConfig.from_pretrained(model_dir)
+    direction = f"{source_lang}-{target_lang}"
+    if config.language_pairs and direction not in config.language_pairs:
+        raise ValueError(f"--source_lang {source_lang} --target_lang {target_lang}: the model translates "
+                         f"{', '.join(config.language_pairs)} (its config's language_pairs), not {direction}; a "
+                         f"shortlist of another direction allows the wrong language's words. Pass one of its directions.")
     pairs = load_parallel_corpus(data, source_lang, target_lang, split, max_pairs=max_pairs)["translation"]
     shortlist = shortlist_from_texts(tokenizer, [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs],
-                                     vocab_size, metadata={"corpus": f"{data} {split} {source_lang}-{target_lang}"},
-                                     **options)
+                                     config.vocab_size, metadata={"corpus": f"{data} {split} {direction}",
+                                                                  "direction": direction}, **options)
     folder = Path(output_dir or model_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / SHORTLIST_FILE
@@ -156,6 +161,24 @@ def build_shortlist_for_model(model_dir: str, data: str, source_lang: str, targe
     if (folder / CHECKSUMS_NAME).is_file():
         write_checksums(folder)
     return path
+
+
+def shortlist_direction(shortlist: Shortlist) -> str | None:
+    """The direction ("en-de") whose corpus built `shortlist`: its `direction` metadata, or the last word of its
+    `corpus` (shortlists built before the direction was recorded); None when neither says."""
+    direction = shortlist.metadata.get("direction") or shortlist.metadata.get("corpus", "").rpartition(" ")[2]
+    return direction if direction.count("-") == 1 and all(direction.split("-")) else None
+
+
+def check_shortlist_direction(shortlist: Shortlist | None, directions: Sequence[str]) -> None:
+    """Refuse to decode `directions` with a shortlist built for another one: its table allows the words of another
+    target language (a multilingual model's en-de table restricting en-fr)."""
+    built_for = shortlist_direction(shortlist) if shortlist is not None else None
+    others = [direction for direction in directions if built_for and direction != built_for]
+    if others:
+        raise ValueError(f"--use_shortlist: the model's shortlist was built for {built_for} ({shortlist.metadata.get('corpus')}) "
+                         f"and would restrict {', '.join(others)} to {built_for}'s words. Leave out --use_shortlist "
+                         f"for {'them' if len(others) > 1 else 'it'}, or evaluate {built_for} only.")
 
 
 def corpus_coverage(shortlist: Shortlist, tokenizer, data: str, source_lang: str, target_lang: str, split: str,

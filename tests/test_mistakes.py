@@ -621,3 +621,26 @@ def test_an_overwritten_analysis_folder_holds_only_the_new_analysis(models, tmp_
     assert folder_contents(tmp_path / "plots").keys() == folder_contents(tmp_path / "fresh").keys()
     with pytest.raises(ValueError, match="is or holds --model"):
         plot_internals(models["bilingual"], "--overwrite_output_dir")
+
+
+# --- What does not fit the model ----------------------------------------------------------------------------------
+
+def test_a_shortlist_of_another_direction_is_refused(models, tmp_path):
+    with pytest.raises(ValueError, match=r"--source_lang de --target_lang en: the model translates en-de \(its "
+                                         r"config's language_pairs\), not de-en"):
+        run_script("build_shortlist", "--model", models["bilingual"], "--data", MULTI30K, "--source_lang", "de",
+                   "--target_lang", "en", "--max_pairs", "50", "--output_dir", tmp_path / "wrong")
+    assert not (tmp_path / "wrong").exists()
+    model = tmp_path / "multilingual"
+    shutil.copytree(models["multilingual"], model)
+    run_script("build_shortlist", "--model", model, "--data", MULTI30K, "--source_lang", "en", "--target_lang", "de",
+               "--max_pairs", "50", "--min_count", "1")
+    settings = dict(data=str(MULTI30K), split="test_2016_flickr", max_pairs=2, off_target=False, use_shortlist=True)
+    with pytest.raises(ValueError, match=r"--use_shortlist: the model's shortlist was built for en-de .* would "
+                                         r"restrict en-fr to en-de's words"):
+        run_evaluation(evaluation(model, tmp_path / "eval", language_pairs="en-de,en-fr", **settings))
+    with pytest.raises(ValueError, match=r"would restrict de-fr, de-en, en-fr to"):  # the pivot legs too
+        run_evaluation(evaluation(model, tmp_path / "eval", language_pairs="de-fr", pivot="en", **settings))
+    results = run_evaluation(evaluation(model, tmp_path / "eval", language_pairs="en-de", overwrite_output_dir=True,
+                                        **settings))
+    assert results["use_shortlist"] is True
