@@ -20,7 +20,7 @@ import torch
 from conftest import MULTI30K, read_multi30k, run_as_main, run_script
 from ctranslate2.specs import model_spec
 from hub_server import LoopbackHub
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainer, pipeline
 
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist
@@ -644,3 +644,15 @@ def test_a_shortlist_of_another_direction_is_refused(models, tmp_path):
     results = run_evaluation(evaluation(model, tmp_path / "eval", language_pairs="en-de", overwrite_output_dir=True,
                                         **settings))
     assert results["use_shortlist"] is True
+
+
+def test_the_pipeline_tags_a_many_to_one_models_input_and_refuses_to_guess_a_target(models, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(models["multilingual"])  # tags <2de>, <2en>, <2fr>
+    many_to_one = pipeline("translation", model=str(save_model(tmp_path / "m2o", tokenizer, ["de-en", "fr-en"])))
+    tag = tokenizer.convert_tokens_to_ids("<2en>")
+    assert many_to_one.preprocess("Ein Mann.")["input_ids"][0, 0] == tag
+    settings = dict(num_beams=1, max_new_tokens=3)
+    assert many_to_one("Ein Mann.", **settings) == many_to_one("Ein Mann.", tgt_lang="en", **settings)
+    unknown = pipeline("translation", model=str(save_model(tmp_path / "no-pairs", tokenizer, [])))
+    with pytest.raises(ValueError, match=r"reserves the language tags \['de', 'en', 'fr'\].*Pass tgt_lang"):
+        unknown("Ein Mann.", **settings)
