@@ -887,7 +887,8 @@ def training_stream(sources, tokenizer, data_args: DataArguments, training_args:
         pair_stream(directions, data_args.sampling_temperature, seed), tokenizer, data_args.max_tokens,
         max_length=data_args.max_length, add_language_tag=add_language_tag, buffer_pairs=data_args.stream_buffer_pairs,
         seed=seed, num_replicas=training_args.world_size, rank=training_args.process_index,
-        fingerprint=stream_fingerprint(directions, tokenizer, settings))
+        fingerprint=stream_fingerprint(directions, tokenizer, settings),
+        stream_pairs=sum(direction.pairs for direction in directions))
 
 
 class StreamStateCallback(TrainerCallback):

@@ -3,11 +3,13 @@ line saying what was wrong and what to do, or handled and said so (a missing opt
 
 import configparser
 import contextlib
+import dataclasses
 import io
 import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -562,7 +564,7 @@ def tiny_training(tmp_path: Path, output_dir: Path, **training) -> tuple:
                                                         "encoder_attention_heads": 2, "decoder_attention_heads": 2}))
     return (ModelArguments(str(tmp_path / "tiny.json"), str(tmp_path / "tokenizer")),
             DataArguments(dataset=str(data), source_lang="en", target_lang="de"),
-            TranslationTrainingArguments(output_dir=str(output_dir), max_steps=1, use_cpu=True, **training))
+            TranslationTrainingArguments(output_dir=str(output_dir), **{"max_steps": 1, "use_cpu": True, **training}))
 
 
 def test_training_over_an_old_run_leaves_nothing_of_it_even_when_interrupted(models, tmp_path, monkeypatch):
@@ -656,3 +658,35 @@ def test_the_pipeline_tags_a_many_to_one_models_input_and_refuses_to_guess_a_tar
     unknown = pipeline("translation", model=str(save_model(tmp_path / "no-pairs", tokenizer, [])))
     with pytest.raises(ValueError, match=r"reserves the language tags \['de', 'en', 'fr'\].*Pass tgt_lang"):
         unknown("Ein Mann.", **settings)
+
+
+# --- Input dropped, doubled or replaced: never without a word -----------------------------------------------------
+
+@contextlib.contextmanager
+def at_most(seconds: int):
+    """A hang becomes a failure (SIGALRM; the tests run in the main thread)."""
+    def stop(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_streaming_logs_the_pairs_it_drops_and_stops_when_it_can_keep_none(tmp_path, caplog):
+    model_args, data_args, training_args = tiny_training(tmp_path, tmp_path / "run", max_steps=2)
+    long_pair = " ".join(["word"] * 3000)
+    write_pair(tmp_path / "data", f"a man .\n{long_pair}\ntwo dogs .\n", f"ein mann .\n{long_pair}\nzwei hunde .\n",
+               "train")
+    streamed = dataclasses.replace(data_args, streaming=True, stream_buffer_pairs=3)
+    with caplog.at_level(logging.INFO, logger="nmt_toolkit.streaming"):
+        train_translation(model_args, streamed, training_args)
+    assert "dropped 1 of 3 pairs longer than 256 tokens on a side" in caplog.text
+    training_args = dataclasses.replace(training_args, output_dir=str(tmp_path / "run-2"))
+    with at_most(120), pytest.raises(ValueError, match=r"Every one of the (stream's|first) 3 pairs .* longer than "
+                                                        r"--max_length 3 tokens on a side.*raise --max_length"):
+        train_translation(model_args, dataclasses.replace(streamed, max_length=3), training_args)
