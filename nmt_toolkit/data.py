@@ -369,6 +369,11 @@ def local_corpus_files(folder: Path, split: str, languages: tuple[str, str]) -> 
     pair = "-".join(sorted(languages))
     pairs = pair_folders(folder)
     if (folder / pair).is_dir():
+        own = [name for name in [f"{split}.jsonl", f"{split}.jsonl.gz"] + [
+            f"{split}.{language}{suffix}" for language in languages for suffix in ("", ".gz")] if (folder / name).is_file()]
+        if own:  # which of the two is the corpus cannot be known: reading either could be the wrong one
+            raise ValueError(f"{folder} holds both {', '.join(own)} and a pair folder {pair}/ for the same "
+                             f"languages: move one of them away, or pass {folder / pair} itself.")
         folder = folder / pair
     elif pairs and not any(path.name.startswith(f"{split}.") for path in folder.iterdir() if path.is_file()):
         raise ValueError(f"{folder} has no subfolder {pair} for the pair {languages[0]}-{languages[1]}; its pairs: "

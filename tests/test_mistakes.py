@@ -37,7 +37,7 @@ from nmt_toolkit.files import read_lines, write_checksums
 from nmt_toolkit.hub import push_translation_model
 from nmt_toolkit.lab.experiments import StageFailed
 from nmt_toolkit.lab.plotting import read_log_history
-from nmt_toolkit.multilingual import corpus_languages
+from nmt_toolkit.multilingual import corpus_languages, parse_sources
 from nmt_toolkit.training import (
     DataArguments,
     ModelArguments,
@@ -690,3 +690,26 @@ def test_streaming_logs_the_pairs_it_drops_and_stops_when_it_can_keep_none(tmp_p
     with at_most(120), pytest.raises(ValueError, match=r"Every one of the (stream's|first) 3 pairs .* longer than "
                                                         r"--max_length 3 tokens on a side.*raise --max_length"):
         train_translation(model_args, dataclasses.replace(streamed, max_length=3), training_args)
+
+
+def test_a_pair_folder_beside_the_same_languages_files_is_refused(tmp_path):
+    corpus = write_pair(tmp_path / "m30k", "a man .\n", "ein mann .\n", "train")
+    write_pair(corpus / "de-en", "other .\nmore .\n", "andere .\nmehr .\n", "train")
+    with pytest.raises(ValueError, match=r"m30k holds both train.en, train.de and a pair folder de-en/ for the same "
+                                         r"languages: move one of them away, or pass .*m30k/de-en itself"):
+        load_parallel_corpus(corpus, "en", "de")
+    assert len(load_parallel_corpus(corpus / "de-en", "de", "en")) == 2
+
+
+def test_a_direction_of_one_source_given_twice_is_refused(tmp_path, monkeypatch):
+    corpus = write_pair(tmp_path / "m30k", "a man .\n", "ein mann .\n", "train")
+    monkeypatch.chdir(tmp_path)
+    for more in (["m30k=en-de"], ["./m30k/=de-en,en-de"], ["m30k=de-en", "m30k=all"]):
+        with pytest.raises(ValueError, match=r"Directions of one source given more than once \(--dataset and "
+                                             r"--more_datasets together\): (de-en of .*m30k, )?en-de of .*m30k; each would be "
+                                             r"read twice"):
+            parse_sources("m30k", "en-de", more)
+    with pytest.raises(ValueError, match="Directions of one source given more than once"):
+        run_script("train_tokenizer", "--dataset", corpus, "--language_pairs", "en-de", "--more_datasets",
+                   f"{corpus}=en-de", "--output_dir", tmp_path / "tokenizer")
+    assert len(parse_sources("m30k", "en-de", ["m30k=de-en", "opus100=en-de"])) == 3  # more data for en-de
