@@ -20,17 +20,20 @@ L'Hostis et al. 2016, as Marian's `--shortlist` (from alignment probabilities) a
 inside the union of its batch, and the union's size.
 """
 
+import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoConfig
 
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist
 
 from .checkpoints import load_saved_tokenizer
 from .data import load_parallel_corpus
-from .files import CHECKSUMS_NAME, atomic_write_text, write_checksums
+from .files import CHECKSUMS_NAME, atomic_write_text, is_no_space_error, no_space_reported, write_checksums
 
 DEFAULT_TOP_K = 50
 DEFAULT_FREQUENT = 100
@@ -145,6 +148,8 @@ def build_shortlist_for_model(model_dir: str, data: str, source_lang: str, targe
     finds it); a folder with a checksum manifest gets it recorded. Returns the file's path."""
     tokenizer = load_saved_tokenizer(model_dir, "--model")
     config = AutoConfig.from_pretrained(model_dir)
+    folder = Path(output_dir or model_dir)
+    check_writable(folder, "--output_dir" if output_dir else "--model")  # before the counting, not after
     direction = f"{source_lang}-{target_lang}"
     if config.language_pairs and direction not in config.language_pairs:
         raise ValueError(f"--source_lang {source_lang} --target_lang {target_lang}: the model translates "
@@ -154,13 +159,35 @@ def build_shortlist_for_model(model_dir: str, data: str, source_lang: str, targe
     shortlist = shortlist_from_texts(tokenizer, [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs],
                                      config.vocab_size, metadata={"corpus": f"{data} {split} {direction}",
                                                                   "direction": direction}, **options)
-    folder = Path(output_dir or model_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / SHORTLIST_FILE
-    shortlist.save(path)
+    partial = folder / f".{SHORTLIST_FILE}.{os.getpid()}.tmp"  # renamed when complete: never half a shortlist
+    try:
+        with no_space_reported(f"the shortlist {path}", "free space, or pass --output_dir on another disk"):
+            try:
+                shortlist.save(partial)
+            except SafetensorError as error:  # safetensors' own error type for an OS error while writing
+                if is_no_space_error(error):
+                    raise
+                raise ValueError(f"Cannot write the shortlist {path}: {error}; choose a writable --output_dir.") \
+                    from error
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
     if (folder / CHECKSUMS_NAME).is_file():
         write_checksums(folder)
     return path
+
+
+def check_writable(folder: Path, flag: str) -> None:
+    """Refuse, in one line, a folder the shortlist cannot be written into (read-only, not a folder)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ValueError(f"Cannot write into {folder} ({flag}): {error.strerror or error}; pass --output_dir, a "
+                         "writable folder (from_pretrained reads the shortlist beside the weights: copy it there "
+                         "later).") from error
 
 
 def shortlist_direction(shortlist: Shortlist) -> str | None:

@@ -566,10 +566,24 @@ def apply_config_overrides(config, overrides: str) -> None:
             raise ValueError(f"--config_overrides: {item!r} is not name=value (e.g. 'dropout=0.3,encoder_layers=12').")
         if not hasattr(config, name):
             raise ValueError(f"--config_overrides: {config.model_type} configs have no field {name!r}.")
+        current = getattr(config, name)
+        if name == "language_pairs":
+            raise ValueError("--config_overrides: language_pairs are the run's directions, which training writes into "
+                             "the config itself: give them as --language_pairs (or --source_lang/--target_lang), and "
+                             "drop language_pairs from --config_overrides.")
+        if current is None:  # no type to convert to (transformers refuses): a JSON value, else the text as it is
+            try:
+                setattr(config, name, json.loads(value))
+            except json.JSONDecodeError:
+                setattr(config, name, value)
+            continue
+        if not isinstance(current, (bool, int, float, str)):
+            raise ValueError(f"--config_overrides sets numbers, booleans and strings; {name} is a "
+                             f"{type(current).__name__}: set it in the config JSON file instead.")
         try:
             config.update_from_string(f"{name}={value}")
         except ValueError as error:
-            kind = type(getattr(config, name)).__name__
+            kind = type(current).__name__
             raise ValueError(f"--config_overrides: {name}={value!r} is not a valid {kind} ({error}).") from error
     config.check_values()
 

@@ -22,9 +22,10 @@ import torch
 from conftest import MULTI30K, read_multi30k, run_as_main, run_script
 from ctranslate2.specs import model_spec
 from hub_server import LoopbackHub
+from safetensors import SafetensorError
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainer, pipeline
 
-from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
+from modeling_dwlstm import DwLstmConfig, HighwayTransformerConfig, ResidualTransformerConfig
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit import evaluation as evaluation_module
@@ -42,6 +43,7 @@ from nmt_toolkit.training import (
     DataArguments,
     ModelArguments,
     TranslationTrainingArguments,
+    apply_config_overrides,
     parse_training_arguments,
     train_translation,
 )
@@ -713,3 +715,47 @@ def test_a_direction_of_one_source_given_twice_is_refused(tmp_path, monkeypatch)
         run_script("train_tokenizer", "--dataset", corpus, "--language_pairs", "en-de", "--more_datasets",
                    f"{corpus}=en-de", "--output_dir", tmp_path / "tokenizer")
     assert len(parse_sources("m30k", "en-de", ["m30k=de-en", "opus100=en-de"])) == 3  # more data for en-de
+
+
+# --- Messages in library terms, or tracebacks ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides, message", [
+    ("language_pairs=en-de", "language_pairs are the run's directions.*give them as --language_pairs"),
+    ("forget_gate_bias=1e39", r"`forget_gate_bias` must be a finite number within \+-100"),
+    ("forget_gate_bias=-1e39", r"`forget_gate_bias` must be a finite number within \+-100"),
+])
+def test_config_overrides_that_a_config_cannot_take_are_one_line(overrides, message, tmp_path):
+    model_args, data_args, training_args = tiny_training(tmp_path, tmp_path / "run")
+    with pytest.raises(ValueError, match=message):
+        train_translation(dataclasses.replace(model_args, config_overrides=overrides), data_args, training_args)
+
+
+def test_a_config_override_of_a_field_that_defaults_to_none_is_applied():
+    config = HighwayTransformerConfig(d_model=16, encoder_attention_heads=2, decoder_attention_heads=2)
+    apply_config_overrides(config, "sdu_layers=1")  # a TypeError from transformers before (no type to convert to)
+    assert config.sdu_layers == 1
+    with pytest.raises(ValueError, match="`sdu_layers` must be an integer >= 1, got 'x'"):
+        apply_config_overrides(HighwayTransformerConfig(d_model=16, encoder_attention_heads=2,
+                                                        decoder_attention_heads=2), "sdu_layers=x")
+
+
+def test_a_shortlist_that_cannot_be_written_is_one_line(models, tmp_path, monkeypatch):
+    flags = ["--model", models["bilingual"], "--data", MULTI30K, "--source_lang", "en", "--target_lang", "de",
+             "--max_pairs", "20"]
+    (tmp_path / "a-file").write_text("")
+    code, stderr = run_as_main("build_shortlist", *flags, "--output_dir", tmp_path / "a-file" / "shortlist")
+    assert code == 1 and stderr.startswith("error: Cannot write into ") and "a writable folder" in stderr, stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+
+    for reason, message in (("Permission denied (os error 13)", "Cannot write the shortlist "),  # read-only
+                            ("No space left on device (os error 28)", "No space left on the device while saving the "
+                                                                      "shortlist")):
+        def failing(shortlist, path, reason=reason):  # what safetensors raises, half a file written
+            Path(path).write_bytes(b"half")
+            raise SafetensorError(f"Error while serializing: I/O error: {reason}")
+
+        monkeypatch.setattr(Shortlist, "save", failing)
+        code, stderr = run_as_main("build_shortlist", *flags, "--output_dir", tmp_path / "out")
+        assert code == 1 and stderr.startswith(f"error: {message}"), stderr
+        assert len(stderr.strip().splitlines()) == 1, stderr
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [], "no partial file left"
