@@ -6,8 +6,10 @@
 
 Finished runs (those with a record in --record_dir) are skipped and interrupted ones resume from their
 newest checkpoint, so the same command continues a campaign after a stop; run twice, it does nothing the
-second time. Once every run has a record it writes results.md, results.json and the pictures into
---record_dir. The work is done by `nmt_toolkit.lab.experiments.run_experiments`.
+second time. A run whose settings were edited since (its config file, the experiment's data, tokenizer,
+training, averaging or evaluation settings) is run again from the start, saying which settings changed.
+Once every run has a record it writes results.md, results.json and the pictures into --record_dir. The work
+is done by `nmt_toolkit.lab.experiments.run_experiments`.
 """
 
 import argparse

@@ -36,9 +36,11 @@ from nmt_toolkit.data import check_unknown_tokens, load_parallel_corpus, tokeniz
 from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, translate_sentences
 from nmt_toolkit.files import read_lines, write_checksums
 from nmt_toolkit.hub import push_translation_model
-from nmt_toolkit.lab.experiments import StageFailed
+from nmt_toolkit.lab import experiments
+from nmt_toolkit.lab.experiments import StageFailed, run_experiments
 from nmt_toolkit.lab.plotting import read_log_history
 from nmt_toolkit.multilingual import corpus_languages, parse_sources
+from nmt_toolkit.quickstart_corpus import write_corpus
 from nmt_toolkit.training import (
     DataArguments,
     ModelArguments,
@@ -759,3 +761,61 @@ def test_a_shortlist_that_cannot_be_written_is_one_line(models, tmp_path, monkey
         assert code == 1 and stderr.startswith(f"error: {message}"), stderr
         assert len(stderr.strip().splitlines()) == 1, stderr
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [], "no partial file left"
+
+
+# --- Records that cannot disagree with what ran ---------------------------------------------------------------------
+
+def test_an_edited_experiment_runs_again_instead_of_being_skipped(tmp_path):
+    write_corpus(tmp_path / "corpus", splits={"train": 40, "valid": 4, "test": 4}, seed=3)
+    config = {"model_type": "dwlstm", "d_model": 16, "encoder_attention_heads": 2, "decoder_attention_heads": 2,
+              "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1, "dropout": 0.0, "max_position_embeddings": 64}
+    (tmp_path / "tiny.json").write_text(json.dumps(config))
+    spec = {"name": "tiny", "data": {"dataset": "corpus", "source_lang": "en", "target_lang": "de",
+                                     "validation_split": "valid"},
+            "tokenizer": {"merges": 40, "min_frequency": 1},
+            "training": {"max_steps": 1, "max_tokens": 256, "save_steps": 1, "eval_steps": 1, "logging_steps": 1},
+            "evaluation": {"num_beams": 1, "max_new_tokens": 4}, "runs": [{"name": "tiny", "config": "tiny.json"}]}
+    experiment, output, record = tmp_path / "experiment.json", tmp_path / "runs", tmp_path / "record"
+    experiment.write_text(json.dumps(spec))
+    campaign = dict(output_dir=output, record_dir=record, threads=1)
+    run_experiments(experiment, **campaign)
+    first = json.loads((record / "tiny-seed1" / "record.json").read_text())
+    assert run_experiments(experiment, **campaign) == ["skip tiny-seed1"]
+
+    spec["training"]["max_steps"] = 2  # edited after the run: the record must not stay as it is
+    experiment.write_text(json.dumps(spec))
+    (tmp_path / "tiny.json").write_text(json.dumps({**config, "decoder_layers": 2}))
+    done = run_experiments(experiment, **campaign)
+    assert done[0] == "redo tiny-seed1: its settings changed (config.decoder_layers, training.max_steps)", done
+    again = json.loads((record / "tiny-seed1" / "record.json").read_text())
+    assert (first["steps"], again["steps"]) == (1, 2) and again["parameters"] > first["parameters"]
+    assert done[-1] == f"table {record / 'results.md'}"
+
+
+
+def test_an_edited_tokenizer_and_an_edited_unfinished_run_start_again(tmp_path, monkeypatch):
+    """The runner's decisions (the stages themselves faked: the test above runs them)."""
+    write_corpus(tmp_path / "corpus", splits={"train": 4, "valid": 2, "test": 2}, seed=3)
+    (tmp_path / "tiny.json").write_text(json.dumps({"model_type": "dwlstm"}))
+    spec = {"name": "tiny", "data": {"dataset": "corpus", "source_lang": "en", "target_lang": "de"},
+            "tokenizer": {"merges": 40}, "runs": [{"name": "tiny", "config": "tiny.json"}]}
+    experiment, output, record = tmp_path / "experiment.json", tmp_path / "runs", tmp_path / "record"
+
+    def stage(command, folder, *args):  # the tokenizer stage
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "tokenizer.json").write_text("{}")
+
+    def run_stages(experiment, run, seed, run_id, tokenizer, run_dir, *args):  # interrupted after it started
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / experiments.SPEC_NAME).write_text(json.dumps(args[-1]))
+
+    monkeypatch.setattr(experiments, "_staged", stage)
+    monkeypatch.setattr(experiments, "_run_stages", run_stages)
+    for merges, expected in ((40, [f"tokenizer {record / 'tokenizer'}"]),
+                             (40, []),  # the same settings: the started run would resume
+                             (30, ["redo tokenizer: its settings changed (tokenizer.merges)",
+                                   f"tokenizer {record / 'tokenizer'}",
+                                   "restart tiny-seed1: its settings changed since it started (tokenizer.merges)"])):
+        spec["tokenizer"]["merges"] = merges
+        experiment.write_text(json.dumps(spec))
+        assert run_experiments(experiment, output_dir=output, record_dir=record, table=False) == expected

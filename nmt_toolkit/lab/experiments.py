@@ -11,7 +11,9 @@ run here is a run a user can repeat by hand. Heavy outputs (checkpoints, average
 `output_dir` (default `runs/experiments/NAME`); what the table needs (the tokenizer, each run's test
 results, hypotheses, learning curve, commands, seed, git commit, package versions) goes to the small
 `record_dir` (default `experiments/results/NAME`), which is meant to be committed. A run whose record
-exists is finished and skipped; an interrupted training continues from its newest checkpoint (it loses
+exists is finished and skipped, unless its settings changed since (`run_spec`, kept in the record and in the run's
+folder from its start: then it runs again from the start, and so does an unfinished run of other settings; the
+tokenizer likewise); an interrupted training continues from its newest checkpoint (it loses
 at most one checkpoint interval); an interrupted averaging or evaluation starts over (their outputs
 are written to a staging folder and renamed when complete). Running the campaign twice does nothing the
 second time. Once every run has a record, `write_results_table` writes `results.md` and `results.json`
@@ -196,11 +198,24 @@ def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | Non
     jobs = sorted(((index, run, seed, run_id) for run in selected
                    for index, (seed, run_id) in enumerate(zip(run.seeds, run.run_ids()))), key=lambda job: job[0])
     for _, run, seed, run_id in jobs:
-        if (record_dir / run_id / "record.json").is_file():
-            done.append(f"skip {run_id}")
-            continue
+        spec = run_spec(experiment, run, seed)
+        record = _read_json(record_dir / run_id / "record.json")
+        if record is not None:
+            changed = _changed_settings(record.get("spec"), spec)
+            if not changed:
+                done.append(f"skip {run_id}" + ("" if changed == [] else " (recorded before records kept their "
+                                                                        "settings: not compared)"))
+                continue
+            done.append(f"redo {run_id}: its settings changed ({', '.join(changed)})")
+        else:
+            changed = _changed_settings(_read_json(output_dir / run_id / SPEC_NAME), spec)
+            if changed:  # an unfinished run of other settings: not to be resumed
+                done.append(f"restart {run_id}: its settings changed since it started ({', '.join(changed)})")
+        if changed:
+            shutil.rmtree(record_dir / run_id, ignore_errors=True)
+            shutil.rmtree(output_dir / run_id, ignore_errors=True)
         _run_stages(experiment, run, seed, run_id, tokenizer, output_dir / run_id, record_dir / run_id,
-                    environment, done)
+                    environment, done, spec)
     missing = [run_id for run in experiment.runs for run_id in run.run_ids()
                if not (record_dir / run_id / "record.json").is_file()]
     if table and missing and table_so_far:
@@ -212,6 +227,40 @@ def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | Non
         write_results_table(experiment, record_dir)
         done.append(f"table {record_dir / 'results.md'}")
     return done
+
+
+SPEC_NAME = "spec.json"  # a run's settings, in its output folder from its start (and in its record)
+
+
+def run_spec(experiment: Experiment, run: RunSpec, seed: int) -> dict:
+    """Everything a run's record depends on: the data, the tokenizer's and the model's settings (the config file's
+    contents, not its name), training, averaging and evaluation, the seed, the baseline, and the spec of the run a
+    fine-tuning stage starts from. A record whose spec differs from the file's is out of date."""
+    config = json.loads(run.config.read_text(encoding="utf-8")) if run.config is not None else None
+    parent = run_spec(experiment, experiment.run(run.parent), seed) if run.parent is not None else None
+    return {"data": experiment.data, "tokenizer": experiment.tokenizer, "config": config, "model": run.model,
+            "training": run.training, "seed": seed, "average_last": experiment.average_last,
+            "evaluation": experiment.evaluation, "baseline": run.baseline, "from": parent}
+
+
+def _changed_settings(recorded: dict | None, spec: dict) -> list[str] | None:
+    """The settings by name ("training.max_steps", "config.d_model") whose value in `spec` differs from `recorded`;
+    [] if none; None when nothing was recorded (a record or run folder from before settings were kept)."""
+    if recorded is None:
+        return None
+    spec = json.loads(json.dumps(spec, default=str))  # as read back from JSON
+    changed = []
+    for name in sorted(spec.keys() | recorded.keys()):
+        now, then = spec.get(name), recorded.get(name)
+        if isinstance(now, dict) and isinstance(then, dict) and name != "from":
+            changed += [f"{name}.{key}" for key in sorted(now.keys() | then.keys()) if now.get(key) != then.get(key)]
+        elif now != then:
+            changed.append(name)
+    return changed
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def _check_stage(run: dict, earlier: set[str], path: Path):
@@ -226,19 +275,27 @@ def _check_stage(run: dict, earlier: set[str], path: Path):
 
 
 def _tokenizer_stage(experiment: Experiment, tokenizer_dir: Path, log: Path, environment: dict, done: list[str]) -> Path:
+    spec = {"data": experiment.data, "tokenizer": experiment.tokenizer}
+    spec_file = tokenizer_dir.with_name(f"{tokenizer_dir.name}.{SPEC_NAME}")
     if (tokenizer_dir / "tokenizer.json").is_file():
-        return tokenizer_dir
+        changed = _changed_settings(_read_json(spec_file), spec)
+        if not changed:  # the same settings, or a tokenizer from before they were kept
+            return tokenizer_dir
+        done.append(f"redo tokenizer: its settings changed ({', '.join(changed)})")
     data = experiment.data
     command = [sys.executable, str(SCRIPTS / "train_tokenizer.py"), "--dataset", data["dataset"],
                *experiment.direction_flags(), "--split", data["train_split"], *_flags(experiment.tokenizer)]
     _staged(command, tokenizer_dir, environment, "tokenizer", log)
+    atomic_write_json(spec_file, spec)
     done.append(f"tokenizer {tokenizer_dir}")
     return tokenizer_dir
 
 
 def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, tokenizer: Path, run_dir: Path,
-                record: Path, environment: dict, done: list[str]):
+                record: Path, environment: dict, done: list[str], spec: dict):
     data = experiment.data
+    if not (run_dir / SPEC_NAME).is_file():  # before any output: a later run of edited settings sees what this was
+        atomic_write_json(run_dir / SPEC_NAME, spec)
     train_dir, averaged, test_dir = run_dir / "train", run_dir / "averaged", run_dir / "test"
     commands = {}
     started = time.time()
@@ -285,7 +342,7 @@ def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, to
                               f"{run.baseline} (with seed {seed}) first.")
         _staged(commands["evaluate"], test_dir, environment, f"evaluating {run_id}", run_dir / "evaluate.log")
         done.append(f"evaluate {run_id}")
-    _write_record(run, seed, run_id, commands, train_dir, averaged, test_dir, record, environment)
+    _write_record(run, seed, run_id, commands, train_dir, averaged, test_dir, record, environment, spec)
     done.append(f"record {run_id} ({time.time() - started:.0f} s)")
 
 
@@ -302,7 +359,7 @@ def _evaluation_flags(experiment: Experiment, run: RunSpec, baseline_test_dir: P
 
 
 def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_dir: Path, averaged: Path,
-                  test_dir: Path, record: Path, environment: dict):
+                  test_dir: Path, record: Path, environment: dict, spec: dict):
     """The small files the table needs, written to a staging folder and renamed: a record is whole or absent."""
     state = json.loads((train_dir / "trainer_state.json").read_text())
     train_results = json.loads((train_dir / "train_results.json").read_text())
@@ -320,7 +377,7 @@ def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_di
         "commands": {stage: " ".join(_quote(part) for part in command) for stage, command in commands.items()},
         "omp_num_threads": environment.get("OMP_NUM_THREADS"), "git_commit": _git_commit(),
         "python": platform.python_version(), "packages": {name: _version(name) for name in PACKAGES},
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "spec": spec,
     }
     with atomic_directory(record, replace=True) as staging:
         shutil.copy(test_dir / "results.json", staging / "test_results.json")
