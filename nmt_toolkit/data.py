@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import re
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -52,7 +53,7 @@ import pyarrow.compute as pc
 from datasets.arrow_writer import ArrowWriter
 from datasets.fingerprint import Hasher
 
-from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
+from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS, normalizes_unicode, train_joint_bpe_tokenizer
 
 from .files import BYTE_ORDER_MARK, check_hub_reachable, check_line_ends, looks_like_hub_id, strip_line_end
 
@@ -164,6 +165,20 @@ def check_language_tag(tokenizer, target_lang: str, add_language_tag: bool) -> s
             "tags for a bilingual model."
         )
     return tag
+
+
+def warn_unnormalized_text(texts: Sequence[str], tokenizer, what: str = "sentences") -> int:
+    """Warn when `tokenizer` does not compose Unicode (one saved before NFC normalization was added to
+    `train_joint_bpe_tokenizer`) and some `texts` are not in NFC: their decomposed letters ("u" + combining
+    diaeresis, as macOS and some editors write them) are read as they are, mostly as <unk>. Returns how many."""
+    if normalizes_unicode(tokenizer):
+        return 0
+    count = sum(not unicodedata.is_normalized("NFC", text) for text in texts)
+    if count:
+        logger.warning("%d of %d %s are not in Unicode NFC (decomposed accents), and the tokenizer, saved before "
+                       "NFC normalization was added, reads them as they are (mostly <unk>): convert the text to NFC "
+                       "(unicodedata.normalize('NFC', text)), or train a new tokenizer.", count, len(texts), what)
+    return count
 
 
 def check_max_length(max_length: int | None) -> None:

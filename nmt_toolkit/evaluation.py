@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from modeling_dwlstm.tokenization_dwlstm import LANGUAGE_TAG
 from .arguments import check_device, check_finite_number, check_positive_int
 from .batching import pack_by_tokens
 from .checkpoints import load_saved_model, load_saved_tokenizer, weights_digest
-from .data import load_parallel_corpus
+from .data import load_parallel_corpus, warn_unnormalized_text
 from .files import (
     atomic_write_json,
     atomic_write_text,
@@ -105,6 +106,7 @@ def translate_sentences(
     if isinstance(sources, str) or not all(isinstance(source, str) for source in sources):
         raise ValueError("`sources` must be a list of strings, one sentence each.")
     check_decoding_settings(num_beams, length_penalty, max_tokens, generate_kwargs.get("max_new_tokens"))
+    warn_unnormalized_text(sources, tokenizer, "sources")
     start = time.perf_counter()
     encoded = tokenizer(list(sources), add_special_tokens=True)["input_ids"]
     tag_id = _language_tag_id(tokenizer, language_tag)
@@ -158,9 +160,11 @@ def score_translations(
 ) -> dict:
     """sacreBLEU (with signature), the papers' tokenized case-sensitive BLEU, and chrF, all corpus-level.
 
-    `target_lang` lets sacreBLEU pick its tokenizer for Chinese, Japanese and Korean targets.
+    `target_lang` lets sacreBLEU pick its tokenizer for Chinese, Japanese and Korean targets. Both sides are
+    compared in Unicode NFC, as the tokenizer reads text (`unicode_nfc`).
     """
     check_parallel(hypotheses, references, "hypotheses", "references")
+    hypotheses, references = unicode_nfc(hypotheses), unicode_nfc(references)
     sacre = BLEU(trg_lang=target_lang or "")
     tokenized = BLEU(tokenize="none", force=True)
     chrf = CHRF()
@@ -179,6 +183,12 @@ def score_translations(
         "chrf": round(chrf_score.score, 2),
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+def unicode_nfc(texts: Sequence[str]) -> list[str]:
+    """`texts` in Unicode NFC: a reference with decomposed accents (NFD) matches the tokenizer's composed output
+    (the same letters shown; only their encoding differs)."""
+    return [unicodedata.normalize("NFC", text) for text in texts]
 
 
 def paired_bootstrap(
@@ -506,6 +516,7 @@ def check_parallel(hypotheses: Sequence[str], references: Sequence[str], name: s
 
 def _sentence_statistics(hypotheses: Sequence[str], references: Sequence[str], tokenized: bool) -> np.ndarray:
     """Per-sentence BLEU statistics [hypothesis length, reference length, matches 1-4, totals 1-4]."""
+    hypotheses, references = unicode_nfc(hypotheses), unicode_nfc(references)
     if tokenized:
         hypotheses = [tokenize_for_bleu(text) for text in hypotheses]
         references = [tokenize_for_bleu(text) for text in references]

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import datasets
@@ -27,13 +28,13 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainer, p
 
 from modeling_dwlstm import DwLstmConfig, HighwayTransformerConfig, ResidualTransformerConfig
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist
-from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from modeling_dwlstm.tokenization_dwlstm import normalizes_unicode, tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit import evaluation as evaluation_module
 from nmt_toolkit import onnx_export
 from nmt_toolkit.checkpoints import load_saved_model
 from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.data import check_unknown_tokens, load_parallel_corpus, tokenize_pairs, train_corpus_tokenizer
-from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, translate_sentences
+from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, score_translations, translate_sentences
 from nmt_toolkit.files import read_lines, write_checksums
 from nmt_toolkit.hub import push_translation_model
 from nmt_toolkit.lab import experiments
@@ -819,3 +820,34 @@ def test_an_edited_tokenizer_and_an_edited_unfinished_run_start_again(tmp_path, 
         spec["tokenizer"]["merges"] = merges
         experiment.write_text(json.dumps(spec))
         assert run_experiments(experiment, output_dir=output, record_dir=record, table=False) == expected
+
+
+# --- Unicode: one normal form (NFC) in training, translation and scoring ------------------------------------------
+
+def nfd(texts: list[str]) -> list[str]:
+    return [unicodedata.normalize("NFD", text) for text in texts]
+
+
+def test_decomposed_accents_read_as_composed_ones_in_new_tokenizers(models, tmp_path, caplog):
+    german = read_multi30k("val", "de", 20)
+    assert sum(text != unicodedata.normalize("NFD", text) for text in german) >= 10  # umlauts and ß to decompose
+    tokenizer = train_joint_bpe_tokenizer(nfd(read_multi30k("train", "de", 300)), vocab_size=300)
+    assert tokenizer(nfd(german))["input_ids"] == tokenizer(german)["input_ids"]  # trained on NFD, read as NFC
+    assert "ü" in "".join(tokenizer.get_vocab()) and "\u0308" not in "".join(tokenizer.get_vocab())
+    tokenizer.save_pretrained(tmp_path / "new")
+    assert normalizes_unicode(AutoTokenizer.from_pretrained(tmp_path / "new"))
+    # Scoring compares in NFC too: a decomposed reference matches the composed hypothesis.
+    assert score_translations(german, nfd(german))["sacrebleu"] == 100.0
+
+    # A tokenizer saved before keeps its behaviour (no normalizer), and says so when text is not in NFC.
+    old = AutoTokenizer.from_pretrained(models["bilingual"])
+    old.backend_tokenizer.normalizer = None
+    old.save_pretrained(tmp_path / "old")
+    old = AutoTokenizer.from_pretrained(tmp_path / "old")
+    assert not normalizes_unicode(old) and old(nfd(german))["input_ids"] != old(german)["input_ids"]
+    model = load_saved_model(models["bilingual"])
+    with caplog.at_level(logging.WARNING, logger="nmt_toolkit.data"):
+        translate_sentences(model, old, german, num_beams=1, max_new_tokens=2)
+        assert "not in Unicode NFC" not in caplog.text
+        translate_sentences(model, old, nfd(german), num_beams=1, max_new_tokens=2)
+    assert "of 20 sources are not in Unicode NFC" in caplog.text and "train a new tokenizer" in caplog.text
