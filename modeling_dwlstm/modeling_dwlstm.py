@@ -7,7 +7,6 @@ skeleton of `modeling_translation`), the record. The depth-wise RNN (`modeling_r
 config base and the layers with its own step module.
 """
 
-import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -41,6 +40,8 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------------
 # 1. Config
 # ---------------------------------------------------------------------------------------------
+
+MAX_FORGET_GATE_BIAS = 100.0  # |forget_gate_bias| at most: sigmoid(20) is 1 in float32 already
 
 
 class DepthWiseConfig(TranslationTransformerConfig):
@@ -134,9 +135,10 @@ class DwLstmConfig(DepthWiseConfig):
         super().check_values()
         check_choice("share_gates", self.share_gates, ("global", "per_stack", "none"))
         bias = self.forget_gate_bias
-        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
-            raise ValueError(f"`forget_gate_bias` must be a finite number (0.0 is the papers' initialisation), "
-                             f"got {bias!r}.")
+        # Bounded: a float32 parameter holds it (1e39 overflowed), and past about +-20 the sigmoid is flat anyway.
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not abs(bias) <= MAX_FORGET_GATE_BIAS:
+            raise ValueError(f"`forget_gate_bias` must be a finite number within +-{MAX_FORGET_GATE_BIAS:g} (0.0 is "
+                             f"the papers' initialisation), got {bias!r}.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -347,7 +347,8 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, hidden_states, attention_mask=None, key_value_states=None, past_key_values=None, output_attentions=False):
         query, keys, values = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T, d/H)
-        rows_per_sentence = query.shape[0] // keys.shape[0]  # > 1: beams sharing their sentence's cross-attention keys
+        # > 1: beams sharing their sentence's cross-attention keys; an empty batch has no sentences to share them
+        rows_per_sentence = query.shape[0] // keys.shape[0] if keys.shape[0] else 1
         if rows_per_sentence > 1:
             query = fold_rows(query, rows_per_sentence)  # (sentences, H, beams * Tq, d/H)
         dropout = self.dropout if self.training else 0.0
@@ -876,7 +877,8 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
         `custom_pipelines`, so that `pipeline("translation", model=save_directory, trust_remote_code=True)` works
         anywhere: its file, pipeline_translation.py, is written with the model's code, whether this model came from
         the package or from remote code. A vocabulary shortlist (`shortlist`) is written beside the weights
-        (`shortlist.safetensors`), first, so that a push to the Hub carries it. An int8-prepared model is refused
+        (`shortlist.safetensors`), first, so that a push to the Hub carries it; without one, a shortlist already in the
+        folder (another model's) is deleted. An int8-prepared model is refused
         before anything is written: its int8 weights would load back as floats, silently wrong."""
         # Imported here so that loading a model does not import transformers.pipelines (seconds). transformers reads
         # relative imports from the source text, this one included, so the file still travels with the model code:
@@ -889,9 +891,12 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
         others = {task: entry for task, entry in (getattr(self.config, "custom_pipelines", None) or {}).items()
                   if not task.startswith("translation")}  # ours are rewritten: language_pairs may have changed
         self.config.custom_pipelines = {**others, **translation_pipeline_entries(self.config.language_pairs)}
+        shortlist_path = os.path.join(save_directory, SHORTLIST_FILE)
         if getattr(self, "shortlist", None) is not None and kwargs.get("is_main_process", True):
             os.makedirs(save_directory, exist_ok=True)
-            self.shortlist.save(os.path.join(save_directory, SHORTLIST_FILE))
+            self.shortlist.save(shortlist_path)
+        elif os.path.isfile(shortlist_path) and kwargs.get("is_main_process", True):
+            os.remove(shortlist_path)  # another model's: it would be loaded with this one
         # FSDP2 (`fully_shard`) gives a sharded model a subclass defined in torch: the code saved beside the weights
         # and config.json's auto_map must name this family's class, not torch's files.
         sharded_class = type(self)

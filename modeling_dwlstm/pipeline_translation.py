@@ -53,7 +53,8 @@ class TranslationPipeline(Pipeline):
     checking a multilingual model's direction.
 
     A multilingual model (its tokenizer reserves `<2xx>` tags, its config's `language_pairs` name several
-    target languages) needs a target language, and refuses with a
+    target languages) needs a target language (a many-to-one model's one target is taken when none is given;
+    a model with tags and no `language_pairs` refuses to guess), and refuses with a
     `ValueError` naming its languages and trained directions a target without a tag or a source outside its
     languages; directions between two of its languages it was not trained on (zero-shot) are allowed. One
     call may mix directions: give inputs as `{"text": ..., "tgt_lang": ..., "src_lang": ...}` dicts. Any other
@@ -138,7 +139,7 @@ class TranslationPipeline(Pipeline):
                                  f"the keys {sorted(text)}.")
             src_lang, tgt_lang, text = text.get("src_lang", src_lang), text.get("tgt_lang", tgt_lang), text["text"]
         task_src, task_tgt = languages_from_task(self.task)
-        src_lang, tgt_lang = src_lang or task_src, tgt_lang or task_tgt
+        src_lang, tgt_lang = src_lang or task_src, tgt_lang or task_tgt or self._sole_tagged_target()
         self._check_direction(src_lang, tgt_lang)
         if hasattr(self.tokenizer, "_build_translation_inputs"):  # mBART, M2M100, NLLB set language codes themselves
             return self.tokenizer._build_translation_inputs(
@@ -204,6 +205,10 @@ class TranslationPipeline(Pipeline):
         pairs = list(getattr(self.model.config, "language_pairs", None) or [])
         if tagged and len({pair.split("-")[-1] for pair in pairs}) >= 2:
             self._check_multilingual_direction(src_lang, tgt_lang, tagged, pairs)
+        elif tagged and tgt_lang is None:  # trained with tags, as the evaluation takes it: untagged input is unknown
+            raise ValueError(f"This model's tokenizer reserves the language tags {sorted(tagged)}: the model was "
+                             "trained with the target tag in front of every source. Pass tgt_lang=... or use a task "
+                             f"like 'translation_xx_to_{sorted(tagged)[0]}'.")
         elif pairs:
             _check_trained_direction(src_lang, tgt_lang, pairs)
 
@@ -220,6 +225,12 @@ class TranslationPipeline(Pipeline):
             raise ValueError(f"Unsupported target language {tgt_lang!r}: {supported}.")
         if src_lang is not None and src_lang not in languages:
             raise ValueError(f"Unsupported source language {src_lang!r}: {supported}.")
+
+    def _sole_tagged_target(self) -> str | None:
+        """The target language of a many-to-one model trained with tags (one target in its config's
+        `language_pairs`, with a `<2xx>` tag): a call without `tgt_lang` can mean no other."""
+        targets = {pair.split("-")[-1] for pair in getattr(self.model.config, "language_pairs", None) or []}
+        return next(iter(targets)) if len(targets) == 1 and targets <= set(self._tagged_languages()) else None
 
     def _tagged_languages(self) -> list[str]:
         """The languages whose `<2xx>` tag the tokenizer reserves (read once)."""

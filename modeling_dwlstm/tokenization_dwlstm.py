@@ -12,6 +12,10 @@ Design choices, each for a reason:
   (bos 0, pad 1, eos 2; the decoder starts from pad, as in Marian).
 - Language tags come right after them with fixed ids, in the order given, as special tokens: they
   are never split, and ``tok("<2de> text")`` equals the tag id followed by ``tok("text")``.
+- Unicode NFC normalization first: "ü" typed as u + combining diaeresis (NFD, what macOS file names and some
+  editors give) is the same token as the precomposed "ü". NFC only merges such canonical equivalents, so the
+  text shown never changes (NFKC would also rewrite full-width forms, ligatures and superscripts). Tokenizers
+  saved before have no normalizer and keep reading text as it is.
 - Metaspace pre-tokenization (a space becomes "▁" and starts the next word) plus isolated
   punctuation: decoding restores the original spacing without any detokenizer.
 - Every encoded sequence, source and target, ends with ``</s>``: the encoder sees where the
@@ -21,7 +25,7 @@ Design choices, each for a reason:
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 from .configuration_translation import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -103,8 +107,10 @@ def language_tag_ids(tokenizer) -> dict[str, int]:
 
 
 def _untrained_tokenizer() -> Tokenizer:
-    """A BPE whose pre-tokenization keeps the spacing recoverable (see the module docstring)."""
+    """A BPE over NFC-normalized text whose pre-tokenization keeps the spacing recoverable (see the module
+    docstring)."""
     tokenizer = Tokenizer(models.BPE(unk_token=UNK))
+    tokenizer.normalizer = normalizers.NFC()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation(behavior="isolated")]
     )
@@ -143,3 +149,11 @@ class _SentenceCounter:
             if text.strip():
                 self.sentences += 1
                 yield text
+
+
+def normalizes_unicode(tokenizer) -> bool:
+    """Whether `tokenizer` (a fast tokenizer) composes its input (Unicode NFC or NFKC) before tokenizing: those of
+    `train_joint_bpe_tokenizer` do since NFC was added; those saved before do not."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    normalizer = backend.normalizer if backend is not None else None
+    return normalizer is not None and normalizer.normalize_str("u\u0308") == "\u00fc"  # u + diaeresis -> ü

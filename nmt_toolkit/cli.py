@@ -4,11 +4,12 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from tqdm import tqdm
 
 from .arguments import check_device, positive_int
-from .files import is_no_space_error
+from .files import clear_output_dir, is_no_space_error, prepare_output_dir
 from .training import TrainingDiverged
 
 OWN_PACKAGES = ("modeling_dwlstm", "nmt_toolkit")
@@ -73,7 +74,18 @@ def add_run_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--device", default="cpu", type=_device, help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's).")
     parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into a non-empty --output_dir.")
+    parser.add_argument("--overwrite_output_dir", action="store_true",
+                        help="Write into a non-empty --output_dir, deleting what it holds first.")
+
+
+def prepare_run_output(args: argparse.Namespace, inputs: dict) -> Path:
+    """The --output_dir of `add_run_arguments`, claimed and checked before any work (`prepare_output_dir`); with
+    --overwrite_output_dir emptied first (`clear_output_dir`; `inputs`, flag -> path, must not be in it), so that
+    it ends holding only this run's files."""
+    output_dir = prepare_output_dir(args.output_dir, args.overwrite_output_dir)
+    if args.overwrite_output_dir:
+        clear_output_dir(output_dir, inputs)
+    return output_dir
 
 
 def _device(name: str) -> str:
@@ -90,4 +102,4 @@ def _close_progress_bars():
         bar.close()
 
 
-__all__ = ["add_run_arguments", "exit_on_error"]
+__all__ = ["add_run_arguments", "exit_on_error", "prepare_run_output"]

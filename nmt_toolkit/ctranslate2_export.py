@@ -55,7 +55,7 @@ from functools import partial
 from pathlib import Path
 
 from .checkpoints import load_saved_model, load_saved_tokenizer
-from .files import prepare_output_dir, releasing_output_dirs
+from .files import atomic_directory, prepare_output_dir, releasing_output_dirs
 from .shortlist import write_vocabulary_map
 
 EXPORTABLE_MODEL_TYPE = "dwlstm-residual"
@@ -77,7 +77,11 @@ def export_ctranslate2(model_dir: str, output_dir: str, quantization: str | None
     check_exportable(model)
     tokenizer = load_saved_tokenizer(model_dir, "--model")
     prepare_output_dir(output_dir, overwrite, replaced_whole=True)
-    return convert_loaded(model, tokenizer, output_dir, quantization, shortlist=getattr(model, "shortlist", None))
+    # Converted into a staging folder that replaces `output_dir` when complete: an overwrite stopped anywhere leaves
+    # the old export whole (CTranslate2's converter deletes the folder first, then writes).
+    with atomic_directory(output_dir, replace=True) as staging:
+        convert_loaded(model, tokenizer, str(staging), quantization, shortlist=getattr(model, "shortlist", None))
+    return str(output_dir)
 
 
 def convert_loaded(model, tokenizer, output_dir: str, quantization: str | None = None, shortlist=None) -> str:

@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import re
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -52,7 +53,7 @@ import pyarrow.compute as pc
 from datasets.arrow_writer import ArrowWriter
 from datasets.fingerprint import Hasher
 
-from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS, train_joint_bpe_tokenizer
+from modeling_dwlstm.tokenization_dwlstm import SPECIAL_TOKENS, normalizes_unicode, train_joint_bpe_tokenizer
 
 from .files import BYTE_ORDER_MARK, check_hub_reachable, check_line_ends, looks_like_hub_id, strip_line_end
 
@@ -164,6 +165,20 @@ def check_language_tag(tokenizer, target_lang: str, add_language_tag: bool) -> s
             "tags for a bilingual model."
         )
     return tag
+
+
+def warn_unnormalized_text(texts: Sequence[str], tokenizer, what: str = "sentences") -> int:
+    """Warn when `tokenizer` does not compose Unicode (one saved before NFC normalization was added to
+    `train_joint_bpe_tokenizer`) and some `texts` are not in NFC: their decomposed letters ("u" + combining
+    diaeresis, as macOS and some editors write them) are read as they are, mostly as <unk>. Returns how many."""
+    if normalizes_unicode(tokenizer):
+        return 0
+    count = sum(not unicodedata.is_normalized("NFC", text) for text in texts)
+    if count:
+        logger.warning("%d of %d %s are not in Unicode NFC (decomposed accents), and the tokenizer, saved before "
+                       "NFC normalization was added, reads them as they are (mostly <unk>): convert the text to NFC "
+                       "(unicodedata.normalize('NFC', text)), or train a new tokenizer.", count, len(texts), what)
+    return count
 
 
 def check_max_length(max_length: int | None) -> None:
@@ -369,6 +384,11 @@ def local_corpus_files(folder: Path, split: str, languages: tuple[str, str]) -> 
     pair = "-".join(sorted(languages))
     pairs = pair_folders(folder)
     if (folder / pair).is_dir():
+        own = [name for name in [f"{split}.jsonl", f"{split}.jsonl.gz"] + [
+            f"{split}.{language}{suffix}" for language in languages for suffix in ("", ".gz")] if (folder / name).is_file()]
+        if own:  # which of the two is the corpus cannot be known: reading either could be the wrong one
+            raise ValueError(f"{folder} holds both {', '.join(own)} and a pair folder {pair}/ for the same "
+                             f"languages: move one of them away, or pass {folder / pair} itself.")
         folder = folder / pair
     elif pairs and not any(path.name.startswith(f"{split}.") for path in folder.iterdir() if path.is_file()):
         raise ValueError(f"{folder} has no subfolder {pair} for the pair {languages[0]}-{languages[1]}; its pairs: "

@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import time
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,16 +37,18 @@ from modeling_dwlstm.tokenization_dwlstm import LANGUAGE_TAG
 from .arguments import check_device, check_finite_number, check_positive_int
 from .batching import pack_by_tokens
 from .checkpoints import load_saved_model, load_saved_tokenizer, weights_digest
-from .data import load_parallel_corpus
+from .data import load_parallel_corpus, warn_unnormalized_text
 from .files import (
     atomic_write_json,
     atomic_write_text,
+    clear_output_dir,
     prepare_output_dir,
     read_lines,
     releasing_output_dirs,
     set_threads,
 )
 from .multilingual import ALL_PAIRS, PIVOT, corpus_languages, pair_name, parse_language_pairs, tag_source
+from .shortlist import check_shortlist_direction
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +106,7 @@ def translate_sentences(
     if isinstance(sources, str) or not all(isinstance(source, str) for source in sources):
         raise ValueError("`sources` must be a list of strings, one sentence each.")
     check_decoding_settings(num_beams, length_penalty, max_tokens, generate_kwargs.get("max_new_tokens"))
+    warn_unnormalized_text(sources, tokenizer, "sources")
     start = time.perf_counter()
     encoded = encode_sources(tokenizer, sources, language_tag)
     _check_source_lengths(encoded, position_limit(model))
@@ -185,9 +189,11 @@ def score_translations(
 ) -> dict:
     """sacreBLEU (with signature), the papers' tokenized case-sensitive BLEU, and chrF, all corpus-level.
 
-    `target_lang` lets sacreBLEU pick its tokenizer for Chinese, Japanese and Korean targets.
+    `target_lang` lets sacreBLEU pick its tokenizer for Chinese, Japanese and Korean targets. Both sides are
+    compared in Unicode NFC, as the tokenizer reads text (`unicode_nfc`).
     """
     check_parallel(hypotheses, references, "hypotheses", "references")
+    hypotheses, references = unicode_nfc(hypotheses), unicode_nfc(references)
     sacre = BLEU(trg_lang=target_lang or "")
     tokenized = BLEU(tokenize="none", force=True)
     chrf = CHRF()
@@ -206,6 +212,12 @@ def score_translations(
         "chrf": round(chrf_score.score, 2),
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+def unicode_nfc(texts: Sequence[str]) -> list[str]:
+    """`texts` in Unicode NFC: a reference with decomposed accents (NFD) matches the tokenizer's composed output
+    (the same letters shown; only their encoding differs)."""
+    return [unicodedata.normalize("NFC", text) for text in texts]
 
 
 def paired_bootstrap(
@@ -308,7 +320,8 @@ class EvaluationArguments(DecodingArguments):
     off_target: bool = field(default=True, metadata={"help": (
         "Multilingual: report the share of outputs not in the target language (needs py3langid).")})
     overwrite_output_dir: bool = field(default=False, metadata={"help": (
-        "Write into a non-empty --output_dir, replacing its hypotheses.txt and results.json (refused otherwise).")})
+        "Write into a non-empty --output_dir, deleting what it holds first (an earlier evaluation; refused "
+        "otherwise).")})
 
 
 @releasing_output_dirs
@@ -332,9 +345,10 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     baseline = read_lines(args.baseline_hypotheses) if args.baseline_hypotheses else None
     if baseline is not None:
         check_parallel(baseline, references, f"baseline hypotheses in {args.baseline_hypotheses}", "references")
-    prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before loading and decoding, not after
+    prepare_evaluation_dir(args)  # before loading and decoding, not after
     tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
-    model = load_model_for_evaluation(args)
+    directions = [f"{args.source_lang}-{args.target_lang}"] if args.source_lang and args.target_lang else []
+    model = load_model_for_evaluation(args, directions)
     check_directions(model, tokenizer, [(args.source_lang, args.target_lang)], with_tags=args.add_language_tag)
     translations = translate_sentences(
         model, tokenizer, sources, language_tag=args.target_lang if args.add_language_tag else None,
@@ -449,6 +463,18 @@ def _warn_untrained_direction(pairs: Sequence[str], direction: tuple[str | None,
                        pairs, name)
 
 
+def prepare_evaluation_dir(args: EvaluationArguments, baseline_files: list[str] | None = None) -> None:
+    """Claim and check `args.output_dir` (`prepare_output_dir`); with --overwrite_output_dir, empty it first: an
+    earlier evaluation's files (another direction's hypotheses, its pivot outputs) must not stand beside this one's.
+    Refused when the folder is or holds one of the evaluation's inputs."""
+    prepare_output_dir(args.output_dir, args.overwrite_output_dir)
+    if args.overwrite_output_dir:
+        clear_output_dir(args.output_dir, {
+            "--model": args.model, "--data": args.data, "--source_file": args.source_file,
+            "--reference_file": args.reference_file, "--baseline_hypotheses": args.baseline_hypotheses,
+            "--baseline_results": args.baseline_results, "a baseline's hypotheses": baseline_files})
+
+
 def _check_inputs_not_written(args: EvaluationArguments, outputs: list[Path]) -> None:
     """Refuse an input file that is one of the files this evaluation writes (with --overwrite_output_dir it would be
     replaced, and the scores would compare the system with itself)."""
@@ -459,14 +485,17 @@ def _check_inputs_not_written(args: EvaluationArguments, outputs: list[Path]) ->
             raise ValueError(f"{flag} {path} is the file this evaluation writes; give another --output_dir.")
 
 
-def load_model_for_evaluation(args: DecodingArguments):
+def load_model_for_evaluation(args: DecodingArguments, directions: Sequence[str] = ()):
     """The model of `args.model` on `args.device`, in `args.dtype` and quantised as `args.quantize` says
-    (`precision.prepare_for_inference`); the settings are checked before the model is loaded."""
+    (`precision.prepare_for_inference`); the settings are checked before the model is loaded, and with
+    --use_shortlist that its shortlist was built for the `directions` decoded ("en-de")."""
     check_precision(args.dtype, args.quantize, torch.device(args.device).type)
     model = load_saved_model(args.model, "--model", trust_remote_code=args.trust_remote_code)
     if args.use_shortlist and getattr(model, "shortlist", None) is None:
         raise ValueError(f"--use_shortlist: {args.model} has no shortlist.safetensors; build it with "
                          f"scripts/build_shortlist.py --model {args.model} --data ... (the training corpus).")
+    if args.use_shortlist:
+        check_shortlist_direction(model.shortlist, directions)
     return prepare_for_inference(model.to(args.device), dtype=args.dtype, quantize=args.quantize)
 
 
@@ -532,6 +561,7 @@ def check_parallel(hypotheses: Sequence[str], references: Sequence[str], name: s
 
 def _sentence_statistics(hypotheses: Sequence[str], references: Sequence[str], tokenized: bool) -> np.ndarray:
     """Per-sentence BLEU statistics [hypothesis length, reference length, matches 1-4, totals 1-4]."""
+    hypotheses, references = unicode_nfc(hypotheses), unicode_nfc(references)
     if tokenized:
         hypotheses = [tokenize_for_bleu(text) for text in hypotheses]
         references = [tokenize_for_bleu(text) for text in references]
@@ -695,9 +725,10 @@ def evaluate_directions(args) -> dict:
     for name in baseline_hypotheses or ():
         check_parallel(baseline_hypotheses[name], [pair[name.split("-")[1]] for pair in tests[name]],
                        f"baseline hypotheses in {baseline[name]}", f"the {name} references")
-    prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before loading and decoding, not after
+    prepare_evaluation_dir(args, list(baseline.values()) if baseline else None)  # before loading and decoding
     tokenizer = load_saved_tokenizer(args.model, "--model", trust_remote_code=args.trust_remote_code)
-    model = load_model_for_evaluation(args)
+    legs = [pair_name(leg) for name in pivoted for leg in pivot_legs(name, args.pivot)]
+    model = load_model_for_evaluation(args, list(dict.fromkeys(names + legs)))
     check_directions(model, tokenizer, [tuple(name.split("-")) for name in names], with_tags=True)
     if pivoted:
         check_directions(model, tokenizer, [leg for name in pivoted for leg in pivot_legs(name, args.pivot)], True)

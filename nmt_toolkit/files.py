@@ -382,6 +382,42 @@ def check_inputs_outside(output_dir: str | os.PathLike, inputs: Mapping[str, str
                                  "there would replace it. Choose an output folder outside it.")
 
 
+# What marks a sub-folder as a saved model or a run of its own, which emptying a folder must not delete unasked.
+SAVED_MARKERS = ("config.json", "trainer_state.json", CHECKSUMS_NAME)
+
+
+def clear_output_dir(path: str | os.PathLike, inputs: Mapping[str, str | os.PathLike | list | None] | None = None,
+                     flag: str = "--overwrite_output_dir", deletable: Callable[[Path], bool] | None = None) -> None:
+    """`flag` for a run that writes into its folder as it goes (training, evaluation): delete what `path` holds
+    first, so that it ends holding only what this run writes, wherever the run stops (a file of the old run left
+    beside the new ones is read with them: an old final model beside new checkpoints, old hypotheses).
+
+    Refused, before anything is deleted, when the folder is or holds one of `inputs` (`check_inputs_outside`), holds
+    the working directory, or holds a saved model or run in a sub-folder (anything with one of `SAVED_MARKERS`)
+    (a folder of runs given by mistake), unless `deletable(sub_folder)` (a training run's own checkpoint-N)."""
+    path = Path(path)
+    if not path.is_dir():
+        return
+    check_inputs_outside(path, inputs or {})
+    folder, here = path.resolve(), Path.cwd().resolve()
+    if folder == here or folder in here.parents:
+        raise ValueError(f"{flag} would delete what {path} holds, the current folder among it: choose another "
+                         "output folder.")
+    entries = sorted(path.iterdir())
+    saved = [entry.name for entry in entries if entry.is_dir() and not entry.is_symlink()
+             and not (deletable and deletable(entry))
+             and any(next(entry.rglob(marker), None) for marker in SAVED_MARKERS)]
+    if saved:
+        raise ValueError(f"{flag} would delete what {path} holds, and it holds the saved model(s) or run(s) "
+                         f"{', '.join(saved[:3])}{', ...' if len(saved) > 3 else ''}: move them out (or delete them), "
+                         "or choose another output folder.")
+    for entry in entries:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
 def set_threads(threads: int | None) -> None:
     """`--threads`: torch's CPU threads, or torch's default for None."""
     if threads is None:

@@ -124,7 +124,8 @@ def push_translation_model(
     endpoint: str | None = None,
     commit_message: str = "Upload translation model",
 ):
-    """Create `repo_id` if needed and upload model, tokenizer, code, pipeline and `card` in one commit.
+    """Create `repo_id` if needed and upload model, tokenizer, code, pipeline and `card` in one commit, which also
+    deletes every other file of the repository: it then holds exactly what this push wrote.
 
     `endpoint` defaults to the `HF_ENDPOINT` environment variable or huggingface.co; `token` to the
     logged-in user's. Returns the `CommitInfo` of the upload.
@@ -142,8 +143,10 @@ def push_translation_model(
             raise ValueError(f"save_pretrained wrote no {missing}: the pushed model could not be loaded without "
                              "this package. Build the model after `import modeling_dwlstm`.")
         atomic_write_text(Path(folder, "README.md"), card)
+        # Every other file of the repository is deleted in the same commit (.gitattributes excepted): a file of an
+        # earlier model (its shortlist.safetensors, weight shards, another tokenizer's files) would be read with this one.
         return _ask_hub(api, repo_id, api.upload_folder, repo_id=repo_id, folder_path=folder,
-                        commit_message=commit_message)
+                        commit_message=commit_message, delete_patterns="*")
 
 
 # What the Hub client raises: OS errors (no login, a refused connection) and the HTTP client's errors, the base

@@ -104,7 +104,20 @@ def parse_sources(dataset: str, language_pairs: str, more_datasets: Sequence[str
         if not separator or not source:
             raise ValueError(f"--more_datasets entries look like 'opus100=en-fr,fr-en', got {spec!r}.")
         specs.append((source, pairs))
-    return [(source, _source_directions(source, pairs, split)) for source, pairs in specs]
+    sources = [(source, _source_directions(source, pairs, split)) for source, pairs in specs]
+    # One source's direction named twice would be read twice: every pair doubled, and the direction's share of the
+    # batches with it. (Two sources of one direction are more data for it, read once each.)
+    given = [(_source_identity(source), f"{s}-{t}") for source, directions in sources for s, t in directions]
+    repeated = sorted({f"{name} of {source}" for source, name in given if given.count((source, name)) > 1})
+    if repeated:
+        raise ValueError(f"Directions of one source given more than once (--dataset and --more_datasets together): "
+                         f"{', '.join(repeated)}; each would be read twice. Drop the repeat.")
+    return sources
+
+
+def _source_identity(source: str) -> str:
+    """A source as it is read: a local path resolved (``data`` and ``./data/`` are one), a Hub id as given."""
+    return str(Path(source).resolve()) if Path(source).exists() else source
 
 
 def _source_directions(source: str, pairs: str, split: str) -> list[tuple[str, str]]:

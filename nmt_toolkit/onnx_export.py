@@ -40,7 +40,7 @@ from modeling_dwlstm.modeling_translation import MultiHeadAttention
 from modeling_dwlstm.precision import is_quantized, linear_modules
 
 from .checkpoints import load_saved_model, load_saved_tokenizer
-from .files import atomic_write_json, prepare_output_dir, releasing_output_dirs
+from .files import atomic_directory, atomic_write_json, prepare_output_dir, releasing_output_dirs
 
 INSTALL_ONNX = "pip install 'modeling-dwlstm[onnx]' (or: pip install onnxruntime onnx onnxscript)"
 INFO_FILE = "onnx_export.json"
@@ -129,7 +129,11 @@ def export_onnx(model_dir: str, output_dir: str, int8: bool = True, overwrite: b
     model = load_saved_model(model_dir, "--model")
     tokenizer = load_saved_tokenizer(model_dir, "--model")
     prepare_output_dir(output_dir, overwrite, replaced_whole=True)  # never over a training run's folder
-    return export_loaded(model, tokenizer, output_dir, int8=int8)
+    # Built in a staging folder that replaces `output_dir` when complete: an overwrite stopped anywhere leaves the
+    # old export whole, and a finished one holds nothing of it (no graphs of another precision or checkpoint).
+    with atomic_directory(output_dir, replace=True) as staging:
+        export_loaded(model, tokenizer, staging, int8=int8)
+    return Path(output_dir)
 
 
 def export_loaded(model, tokenizer, output_dir, int8: bool = True) -> Path:

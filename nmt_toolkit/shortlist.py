@@ -20,17 +20,20 @@ L'Hostis et al. 2016, as Marian's `--shortlist` (from alignment probabilities) a
 inside the union of its batch, and the union's size.
 """
 
+import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoConfig
 
 from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist
 
 from .checkpoints import load_saved_tokenizer
 from .data import load_parallel_corpus
-from .files import CHECKSUMS_NAME, atomic_write_text, write_checksums
+from .files import CHECKSUMS_NAME, atomic_write_text, is_no_space_error, no_space_reported, write_checksums
 
 DEFAULT_TOP_K = 50
 DEFAULT_FREQUENT = 100
@@ -144,18 +147,65 @@ def build_shortlist_for_model(model_dir: str, data: str, source_lang: str, targe
     size) and write it as `shortlist.safetensors` into `output_dir` (default: `model_dir`, where `from_pretrained`
     finds it); a folder with a checksum manifest gets it recorded. Returns the file's path."""
     tokenizer = load_saved_tokenizer(model_dir, "--model")
-    vocab_size = AutoConfig.from_pretrained(model_dir).vocab_size
+    config = AutoConfig.from_pretrained(model_dir)
+    folder = Path(output_dir or model_dir)
+    check_writable(folder, "--output_dir" if output_dir else "--model")  # before the counting, not after
+    direction = f"{source_lang}-{target_lang}"
+    if config.language_pairs and direction not in config.language_pairs:
+        raise ValueError(f"--source_lang {source_lang} --target_lang {target_lang}: the model translates "
+                         f"{', '.join(config.language_pairs)} (its config's language_pairs), not {direction}; a "
+                         f"shortlist of another direction allows the wrong language's words. Pass one of its directions.")
     pairs = load_parallel_corpus(data, source_lang, target_lang, split, max_pairs=max_pairs)["translation"]
     shortlist = shortlist_from_texts(tokenizer, [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs],
-                                     vocab_size, metadata={"corpus": f"{data} {split} {source_lang}-{target_lang}"},
-                                     **options)
-    folder = Path(output_dir or model_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+                                     config.vocab_size, metadata={"corpus": f"{data} {split} {direction}",
+                                                                  "direction": direction}, **options)
     path = folder / SHORTLIST_FILE
-    shortlist.save(path)
+    partial = folder / f".{SHORTLIST_FILE}.{os.getpid()}.tmp"  # renamed when complete: never half a shortlist
+    try:
+        with no_space_reported(f"the shortlist {path}", "free space, or pass --output_dir on another disk"):
+            try:
+                shortlist.save(partial)
+            except SafetensorError as error:  # safetensors' own error type for an OS error while writing
+                if is_no_space_error(error):
+                    raise
+                raise ValueError(f"Cannot write the shortlist {path}: {error}; choose a writable --output_dir.") \
+                    from error
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
     if (folder / CHECKSUMS_NAME).is_file():
         write_checksums(folder)
     return path
+
+
+def check_writable(folder: Path, flag: str) -> None:
+    """Refuse, in one line, a folder the shortlist cannot be written into (read-only, not a folder)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ValueError(f"Cannot write into {folder} ({flag}): {error.strerror or error}; pass --output_dir, a "
+                         "writable folder (from_pretrained reads the shortlist beside the weights: copy it there "
+                         "later).") from error
+
+
+def shortlist_direction(shortlist: Shortlist) -> str | None:
+    """The direction ("en-de") whose corpus built `shortlist`: its `direction` metadata, or the last word of its
+    `corpus` (shortlists built before the direction was recorded); None when neither says."""
+    direction = shortlist.metadata.get("direction") or shortlist.metadata.get("corpus", "").rpartition(" ")[2]
+    return direction if direction.count("-") == 1 and all(direction.split("-")) else None
+
+
+def check_shortlist_direction(shortlist: Shortlist | None, directions: Sequence[str]) -> None:
+    """Refuse to decode `directions` with a shortlist built for another one: its table allows the words of another
+    target language (a multilingual model's en-de table restricting en-fr)."""
+    built_for = shortlist_direction(shortlist) if shortlist is not None else None
+    others = [direction for direction in directions if built_for and direction != built_for]
+    if others:
+        raise ValueError(f"--use_shortlist: the model's shortlist was built for {built_for} ({shortlist.metadata.get('corpus')}) "
+                         f"and would restrict {', '.join(others)} to {built_for}'s words. Leave out --use_shortlist "
+                         f"for {'them' if len(others) > 1 else 'it'}, or evaluate {built_for} only.")
 
 
 def corpus_coverage(shortlist: Shortlist, tokenizer, data: str, source_lang: str, target_lang: str, split: str,

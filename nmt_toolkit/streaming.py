@@ -243,11 +243,15 @@ class StreamingTokenBatches(torch.utils.data.IterableDataset):
     `load_state_dict` on a freshly built object continues there: the stream's own state (`datasets`) at the start
     of that window, the window's number and how many of its batches are used. The stream is iterated as Python
     examples, whose state `datasets` tracks exactly (it warns that batched Arrow maps may skip a batch on resume).
+
+    Each window that drops pairs says so in the log (`dropped`, `read`: the counts so far). `stream_pairs`, the pairs
+    of one pass of the stream: a whole pass without a pair kept (every one too long) stops with a ValueError instead
+    of reading for ever.
     """
 
     def __init__(self, pairs: datasets.IterableDataset, tokenizer, max_tokens: int, max_length: int | None = 256,
                  add_language_tag: bool = False, buffer_pairs: int = 20_000, seed: int = 0, num_replicas: int = 1,
-                 rank: int = 0, fingerprint: str = ""):
+                 rank: int = 0, fingerprint: str = "", stream_pairs: int | None = None):
         for name, value in (("max_tokens", max_tokens), ("buffer_pairs", buffer_pairs), ("num_replicas", num_replicas)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
@@ -258,10 +262,11 @@ class StreamingTokenBatches(torch.utils.data.IterableDataset):
         self.max_tokens, self.max_length, self.add_language_tag = max_tokens, max_length, add_language_tag
         self.buffer_pairs, self.seed = buffer_pairs, seed
         self.num_replicas, self.rank = num_replicas, rank
-        self.fingerprint = fingerprint
+        self.fingerprint, self.stream_pairs = fingerprint, stream_pairs
         self._start = {"window": 0, "stream": None, "batches_done": 0}  # where the next iteration begins
         self._position = dict(self._start)  # where the batches yielded so far end
         self.dropped = 0  # pairs longer than max_length, so far
+        self.read = 0  # pairs read, so far
 
     def state_dict(self) -> dict:
         """Where the next round of batches starts: the stream's state at its window's start, the window's number,
@@ -289,10 +294,17 @@ class StreamingTokenBatches(torch.utils.data.IterableDataset):
         base = -skip  # global number of the window's first batch: rounds of N batches start at multiples of N
         examples = iter(self.pairs)
         window_start = self._start["stream"]
+        dropped_in_a_row = 0  # pairs since the last one kept: a whole pass of them means nothing can be kept
         while True:
             table = self._read_window(examples)
             if table is None:
                 return
+            dropped_in_a_row = 0 if len(table) else dropped_in_a_row + self._window_read
+            self._check_something_kept(dropped_in_a_row)
+            self.read, self.dropped = self.read + self._window_read, self.dropped + self._window_dropped
+            if self._window_dropped:  # as the map-style path logs its count (`data.tokenize_pairs`)
+                logger.info("Window %d: dropped %d of %d pairs longer than %d tokens on a side (%d of %d so far).",
+                            window, self._window_dropped, self._window_read, self.max_length, self.dropped, self.read)
             window_end = self.pairs.state_dict()
             batches = self._window_batches(table, window)
             for number in range(min(skip, len(batches)), len(batches)):
@@ -309,9 +321,17 @@ class StreamingTokenBatches(torch.utils.data.IterableDataset):
             return {"window": window, "stream": window_start, "batches_done": following}
         return {"window": window + 1, "stream": window_end, "batches_done": following - count}
 
+    def _check_something_kept(self, dropped_in_a_row: int) -> None:
+        """Stop a stream that keeps no pair: it repeats for ever, so it would be read for ever without a batch."""
+        if dropped_in_a_row and self.stream_pairs and dropped_in_a_row >= self.stream_pairs:
+            raise ValueError(f"Every one of the stream's {self.stream_pairs} pairs is longer than --max_length "
+                             f"{self.max_length} tokens on a side (</s> and tags included): raise --max_length.")
+
     def _read_window(self, examples: Iterator[dict]) -> pa.Table | None:
-        """The next `buffer_pairs` pairs, tokenised, long pairs dropped (None at the end of a finite stream)."""
+        """The next `buffer_pairs` pairs, tokenised, long pairs dropped (None at the end of a finite stream); how
+        many were read and dropped is left in `_window_read` and `_window_dropped`."""
         rows = list(itertools.islice(examples, self.buffer_pairs))
+        self._window_read, self._window_dropped = len(rows), 0
         if not rows:
             return None
         parts = []
@@ -321,7 +341,7 @@ class StreamingTokenBatches(torch.utils.data.IterableDataset):
             if self.add_language_tag:
                 sources = [tag_source(text, row["direction"].split("-")[1]) for text, row in zip(sources, chunk)]
             encoded, keep = encode_pairs(self.tokenizer, sources, [row["target"] for row in chunk], self.max_length)
-            self.dropped += len(keep) - len(encoded)
+            self._window_dropped += len(keep) - len(encoded)
             directions = pa.array([row["direction"] for row, kept in zip(chunk, keep) if kept], pa.string())
             parts.append(encoded.select(["input_ids", "labels"]).append_column("direction", directions))
         return pa.concat_tables(parts).combine_chunks()
@@ -329,9 +349,22 @@ class StreamingTokenBatches(torch.utils.data.IterableDataset):
     def first_window(self) -> datasets.Dataset:
         """The pairs of the window where iteration starts, tokenised (``input_ids``, ``labels``, ``direction``): a
         sample of the stream for checks before training (the stream's position is not moved)."""
-        table = self._read_window(iter(self.pairs))
+        examples, dropped_in_a_row = iter(self.pairs), 0
+        table = self._read_window(examples)
+        while table is not None and not len(table) and self.stream_pairs:  # the first window with a pair kept
+            dropped_in_a_row += self._window_read
+            self._check_something_kept(dropped_in_a_row)
+            table = self._read_window(examples)
+        if table is not None and not len(table):
+            raise ValueError(f"Every one of the first {self._window_read} pairs of the stream is longer than "
+                             f"--max_length {self.max_length} tokens on a side: raise --max_length.")
         if table is None:
-            raise ValueError("The training stream holds no pairs.")
+            raise ValueError("The training stream holds no pairs" + (f" shorter than --max_length {self.max_length} "
+                             "tokens on a side: raise --max_length." if dropped_in_a_row else "."))
+        if self._window_dropped:
+            logger.info("The first window drops %d of %d pairs longer than %d tokens on a side; the stream drops "
+                        "such pairs throughout (a log line per window).", self._window_dropped, self._window_read,
+                        self.max_length)
         return datasets.Dataset(datasets.table.InMemoryTable(table))
 
     def _window_batches(self, table: pa.Table, window: int) -> list[list[int]]:

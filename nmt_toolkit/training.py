@@ -95,6 +95,7 @@ from .files import (
     DiskFull,
     atomic_write_json,
     claim_output_dir,
+    clear_output_dir,
     is_no_space_error,
     prepare_output_dir,
     releasing_output_dirs,
@@ -216,7 +217,8 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     generation_num_beams: int | None = field(default=4, metadata={"help": "Beam size for validation BLEU."})
     output_dir: str | None = field(default=None, metadata={"help": "Where checkpoints and the final model go."})
     overwrite_output_dir: bool = field(default=False, metadata={"help": (
-        "Train into a non-empty --output_dir, deleting its checkpoints first (refused otherwise).")})
+        "Train into a non-empty --output_dir, deleting what it holds first: the old run's checkpoints, final model "
+        "and evaluations (refused otherwise).")})
     robt: float = field(default=0.0, metadata={"help": (
         "Multilingual: random online back-translation (Zhang et al. 2020): this share of each batch's pairs (x, y) "
         "also trains as (<2t> x', y), x' the current model's greedy translation of y into a random other language; "
@@ -564,10 +566,24 @@ def apply_config_overrides(config, overrides: str) -> None:
             raise ValueError(f"--config_overrides: {item!r} is not name=value (e.g. 'dropout=0.3,encoder_layers=12').")
         if not hasattr(config, name):
             raise ValueError(f"--config_overrides: {config.model_type} configs have no field {name!r}.")
+        current = getattr(config, name)
+        if name == "language_pairs":
+            raise ValueError("--config_overrides: language_pairs are the run's directions, which training writes into "
+                             "the config itself: give them as --language_pairs (or --source_lang/--target_lang), and "
+                             "drop language_pairs from --config_overrides.")
+        if current is None:  # no type to convert to (transformers refuses): a JSON value, else the text as it is
+            try:
+                setattr(config, name, json.loads(value))
+            except json.JSONDecodeError:
+                setattr(config, name, value)
+            continue
+        if not isinstance(current, (bool, int, float, str)):
+            raise ValueError(f"--config_overrides sets numbers, booleans and strings; {name} is a "
+                             f"{type(current).__name__}: set it in the config JSON file instead.")
         try:
             config.update_from_string(f"{name}={value}")
         except ValueError as error:
-            kind = type(getattr(config, name)).__name__
+            kind = type(current).__name__
             raise ValueError(f"--config_overrides: {name}={value!r} is not a valid {kind} ({error}).") from error
     config.check_values()
 
@@ -601,8 +617,11 @@ def _resolve_resume(training_args: TranslationTrainingArguments, sources: dict |
             prepare_output_dir(training_args.output_dir, training_args.overwrite_output_dir)
             old_checkpoints = list(Path(training_args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"))
             _check_sources_kept(old_checkpoints, sources or {})
-            for old in old_checkpoints:
-                shutil.rmtree(old)  # another run's checkpoints must not be resumed or averaged with this one's
+            # Everything of the old run goes, not only its checkpoints (which must not be resumed or averaged with
+            # this run's): its final model would otherwise stand beside this run's checkpoints until the end, and
+            # be loaded as this run's if it stops early.
+            clear_output_dir(training_args.output_dir, sources,
+                             deletable=lambda entry: entry.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-"))
         return None
     if training_args.should_save:
         prepare_output_dir(training_args.output_dir, overwrite=True)
@@ -787,7 +806,8 @@ def train_translation(model_args: ModelArguments, data_args: DataArguments, trai
                          " (0.1 by default); set it with --config_overrides label_smoothing=...")
     set_threads(model_args.threads)
     resume = _resolve_resume(training_args, {"--model_name_or_path": model_args.model_name_or_path,
-                                             "--tokenizer_name_or_path": model_args.tokenizer_name_or_path})
+                                             "--tokenizer_name_or_path": model_args.tokenizer_name_or_path,
+                                             "--dataset": data_args.dataset})
     _log_to_file(training_args)
     set_seed(training_args.seed)
     if data_args.language_pairs:
@@ -881,7 +901,8 @@ def training_stream(sources, tokenizer, data_args: DataArguments, training_args:
         pair_stream(directions, data_args.sampling_temperature, seed), tokenizer, data_args.max_tokens,
         max_length=data_args.max_length, add_language_tag=add_language_tag, buffer_pairs=data_args.stream_buffer_pairs,
         seed=seed, num_replicas=training_args.world_size, rank=training_args.process_index,
-        fingerprint=stream_fingerprint(directions, tokenizer, settings))
+        fingerprint=stream_fingerprint(directions, tokenizer, settings),
+        stream_pairs=sum(direction.pairs for direction in directions))
 
 
 class StreamStateCallback(TrainerCallback):

@@ -12,6 +12,7 @@ from modeling_dwlstm import (
     HighwayTransformerConfig,
     ResidualTransformerConfig,
     TransparentAttentionConfig,
+    modeling_translation,
 )
 
 
@@ -100,3 +101,28 @@ def test_config_round_trips_through_dict():
     config = tiny_config("dwlstm-two-lstm", language_pairs=["en-de"])
     again = DwLstmConfig.from_dict(config.to_dict())
     assert again.to_dict() == config.to_dict()
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager", "decoding_step"])
+def test_an_empty_batch_gives_empty_logits(case, attention, monkeypatch):
+    """Cross-attention keys of fewer rows than the queries are shared by beams; an empty batch has no rows at all
+    and must not be taken for that (it divided by zero). Every member, SDPA, eager attention, and the two matrix
+    products of a decoding step (forced by a threshold of 0), with and without the cache."""
+    model = tiny_model(case)
+    model.set_attn_implementation("eager" if attention == "eager" else "sdpa")
+    steps = []
+    if attention == "decoding_step":
+        monkeypatch.setattr(modeling_translation, "DECODING_STEP_MIN_QUERIES", 0)
+        real = modeling_translation.decoding_step_attention
+        monkeypatch.setattr(modeling_translation, "decoding_step_attention",
+                            lambda *args, **kwargs: steps.append(1) or real(*args, **kwargs))
+    source = random_ids(2, 5)[:0]
+    with torch.no_grad():
+        whole = model(input_ids=source, decoder_input_ids=random_ids(2, 3)[:0])
+        first = model(input_ids=source, decoder_input_ids=random_ids(2, 1)[:0], use_cache=True)
+        encoded = model.get_encoder()(input_ids=source)
+        second = model(encoder_outputs=encoded, decoder_input_ids=random_ids(2, 1)[:0],
+                       past_key_values=first.past_key_values)
+    assert whole.logits.shape == (0, 3, 40)
+    assert first.logits.shape == second.logits.shape == (0, 1, 40)
+    assert (len(steps) > 0) == (attention == "decoding_step")

@@ -3,13 +3,17 @@ line saying what was wrong and what to do, or handled and said so (a missing opt
 
 import configparser
 import contextlib
+import dataclasses
 import io
 import json
 import logging
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import datasets
@@ -17,24 +21,30 @@ import huggingface_hub.constants
 import pytest
 import torch
 from conftest import MULTI30K, read_multi30k, run_as_main, run_script
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from ctranslate2.specs import model_spec
+from hub_server import LoopbackHub
+from safetensors import SafetensorError
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainer, pipeline
 
-from modeling_dwlstm import DwLstmConfig
-from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from modeling_dwlstm import DwLstmConfig, HighwayTransformerConfig, ResidualTransformerConfig
+from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist
+from modeling_dwlstm.tokenization_dwlstm import normalizes_unicode, tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit import evaluation as evaluation_module
+from nmt_toolkit import onnx_export
 from nmt_toolkit.checkpoints import load_saved_model
 from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.data import check_unknown_tokens, load_parallel_corpus, tokenize_pairs, train_corpus_tokenizer
-from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, translate_sentences
+from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, score_translations, translate_sentences
 from nmt_toolkit.files import read_lines, write_checksums
 from nmt_toolkit.hub import push_translation_model
 from nmt_toolkit.lab.experiments import StageFailed
 from nmt_toolkit.lab.plotting import read_log_history
-from nmt_toolkit.multilingual import corpus_languages
+from nmt_toolkit.multilingual import corpus_languages, parse_sources
 from nmt_toolkit.training import (
     DataArguments,
     ModelArguments,
     TranslationTrainingArguments,
+    apply_config_overrides,
     parse_training_arguments,
     train_translation,
 )
@@ -44,9 +54,9 @@ pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k is not at {MULTI30K}")]
 
 
-def save_model(folder: Path, tokenizer, language_pairs: list[str]) -> Path:
+def save_model(folder: Path, tokenizer, language_pairs: list[str], config_class=DwLstmConfig) -> Path:
     torch.manual_seed(0)
-    config = DwLstmConfig(**tokenizer_model_kwargs(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
+    config = config_class(**tokenizer_model_kwargs(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
                           encoder_attention_heads=2, decoder_attention_heads=2, ffn_dim=16,
                           max_position_embeddings=128, language_pairs=language_pairs)
     AutoModelForSeq2SeqLM.from_config(config).save_pretrained(folder)
@@ -456,3 +466,329 @@ def test_evaluation_into_a_closed_pipe_ends_without_a_traceback(models, tmp_path
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
     assert process.returncode == 1
     assert (tmp_path / "eval" / "results.json").is_file(), "the results are written all the same"
+
+
+# --- Overwriting: the folder ends as a fresh run leaves it, whatever it held and wherever the run stopped ----------
+
+def folder_contents(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def quick_onnx_graphs(monkeypatch, interrupted_at: str | None = None):
+    """The ONNX graph writers replaced by ones that write a line (torch.export takes seconds a graph): the folder's
+    handling is under test, not the graphs. `interrupted_at`: the graph during which Ctrl-C is pressed."""
+    def writer(kind):
+        def write(model, path, *rest):
+            if kind == interrupted_at:
+                raise KeyboardInterrupt
+            Path(path).write_text(f"new {kind}")
+        return write
+
+    monkeypatch.setattr(onnx_export, "export_encoder", writer("encoder"))
+    monkeypatch.setattr(onnx_export, "export_decoder_step", writer("decoder"))
+    monkeypatch.setattr(onnx_export, "quantize_int8", lambda source, target, external: writer("int8")(None, target))
+
+
+def test_an_overwritten_onnx_export_is_a_fresh_one_even_when_interrupted(models, tmp_path, monkeypatch):
+    quick_onnx_graphs(monkeypatch)
+    run_script("export_onnx", "--model", models["bilingual"], "--output_dir", tmp_path / "fresh", "--no_int8")
+    old = tmp_path / "old"
+    run_script("export_onnx", "--model", models["bilingual"], "--output_dir", old)  # int8 graphs too
+    for graph in old.glob("*.onnx"):
+        graph.write_text("old graph")
+    before = folder_contents(old)
+    quick_onnx_graphs(monkeypatch, interrupted_at="decoder")
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C after the new encoder graph was written
+        run_script("export_onnx", "--model", models["bilingual"], "--output_dir", old, "--overwrite_output_dir",
+                   "--no_int8")
+    assert folder_contents(old) == before, "the old export, whole: no new graph beside old ones"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["fresh", "old"], "no staging folder left"
+    quick_onnx_graphs(monkeypatch)
+    run_script("export_onnx", "--model", models["bilingual"], "--output_dir", old, "--overwrite_output_dir",
+               "--no_int8")
+    assert folder_contents(old).keys() == folder_contents(tmp_path / "fresh").keys()  # no int8 graphs left
+    assert json.loads((old / onnx_export.INFO_FILE).read_text())["graphs"].keys() == {"float32"}
+
+
+def test_an_interrupted_ctranslate2_overwrite_keeps_the_old_export(models, tmp_path, monkeypatch):
+    tokenizer = AutoTokenizer.from_pretrained(models["bilingual"])
+    model = save_model(tmp_path / "residual", tokenizer, ["en-de"], ResidualTransformerConfig)
+    run_script("export_ctranslate2", "--model", model, "--output_dir", tmp_path / "ct2")
+    before = folder_contents(tmp_path / "ct2")
+
+    def interrupted(spec, output_dir):  # Ctrl-C while the new model is written
+        Path(output_dir, "model.bin").write_bytes(b"half a model")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(model_spec.ModelSpec, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_script("export_ctranslate2", "--model", model, "--output_dir", tmp_path / "ct2", "--overwrite_output_dir")
+    assert folder_contents(tmp_path / "ct2") == before
+
+
+def test_an_overwritten_synthetic_corpus_holds_no_file_of_the_old_one(tmp_path):
+    small = ["--train_pairs", "20", "--validation_pairs", "0", "--vocabulary_size", "100"]
+    run_script("make_synthetic_corpus", "--output_dir", tmp_path / "corpus", *small, "--formats", "text", "jsonl")
+    run_script("make_synthetic_corpus", "--output_dir", tmp_path / "fresh", *small, "--seed", "1")
+    run_script("make_synthetic_corpus", "--output_dir", tmp_path / "corpus", *small, "--seed", "1",
+               "--overwrite_output_dir")
+    assert not (tmp_path / "corpus" / "train.jsonl.gz").exists(), "the readers prefer it to train.{en,de}.gz"
+    fresh = folder_contents(tmp_path / "fresh")
+    assert folder_contents(tmp_path / "corpus").keys() == fresh.keys()
+    assert load_parallel_corpus(tmp_path / "corpus", "en", "de")[:] == load_parallel_corpus(tmp_path / "fresh", "en",
+                                                                                            "de")[:]
+
+
+def test_a_model_pushed_or_saved_over_another_carries_none_of_its_files(models, tmp_path):
+    """Model A with a shortlist, then model B without one, pushed to one Hub repository and saved into one folder:
+    A's shortlist.safetensors is gone both times (B would decode over A's table)."""
+    tokenizer = AutoTokenizer.from_pretrained(models["bilingual"])
+    with_shortlist, without = load_saved_model(models["bilingual"]), load_saved_model(models["bilingual"])
+    vocabulary = with_shortlist.config.vocab_size
+    with_shortlist.shortlist = Shortlist(torch.zeros(vocabulary, 1, dtype=torch.long), torch.arange(4))
+    with LoopbackHub() as hub:
+        for model in (with_shortlist, without):
+            push_translation_model(model, tokenizer, "user/model", "card", endpoint=hub.endpoint, token="t")
+            assert (SHORTLIST_FILE in hub.repos["user/model"]) == (model is with_shortlist)
+    for model in (with_shortlist, without):
+        model.save_pretrained(tmp_path / "model")
+    assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "model").shortlist is None
+
+
+def tiny_training(tmp_path: Path, output_dir: Path, **training) -> tuple:
+    """A one-step training run of a tiny model on two pairs (its tokenizer and data made once under `tmp_path`)."""
+    data = tmp_path / "data"
+    if not data.exists():
+        write_pair(data, "a man .\ntwo dogs .\n", "ein mann .\nzwei hunde .\n", "train")
+        train_joint_bpe_tokenizer(["a man .", "two dogs .", "ein mann .", "zwei hunde ."],
+                                  vocab_size=60).save_pretrained(tmp_path / "tokenizer")
+        (tmp_path / "tiny.json").write_text(json.dumps({"model_type": "dwlstm", "d_model": 16, "ffn_dim": 16,
+                                                        "encoder_layers": 1, "decoder_layers": 1,
+                                                        "encoder_attention_heads": 2, "decoder_attention_heads": 2}))
+    return (ModelArguments(str(tmp_path / "tiny.json"), str(tmp_path / "tokenizer")),
+            DataArguments(dataset=str(data), source_lang="en", target_lang="de"),
+            TranslationTrainingArguments(output_dir=str(output_dir), **{"max_steps": 1, "use_cpu": True, **training}))
+
+
+def test_training_over_an_old_run_leaves_nothing_of_it_even_when_interrupted(models, tmp_path, monkeypatch):
+    train_translation(*tiny_training(tmp_path, tmp_path / "fresh"))
+    run = tmp_path / "run"
+    shutil.copytree(models["bilingual"], run)  # an old run's final model, its evaluation and a checkpoint
+    write_pair(run / "test", "old hypothesis\n", "", "hypotheses")
+    shutil.copytree(models["bilingual"], run / "checkpoint-9")
+    (run / "checkpoint-9" / "trainer_state.json").write_text("{}")
+    monkeypatch.setattr(Seq2SeqTrainer, "train", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C as training starts: the old final model must not stay
+        train_translation(*tiny_training(tmp_path, run, overwrite_output_dir=True))
+    assert not (run / "model.safetensors").exists() and not (run / "test").exists()
+    monkeypatch.undo()
+    shutil.copytree(models["bilingual"], run, dirs_exist_ok=True)
+    train_translation(*tiny_training(tmp_path, run, overwrite_output_dir=True))
+    assert folder_contents(run).keys() == folder_contents(tmp_path / "fresh").keys()
+
+
+def test_overwriting_refuses_to_empty_a_folder_of_other_runs_or_inputs(models, tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    shutil.copytree(models["bilingual"], runs / "other-run")
+    with pytest.raises(ValueError, match=r"--overwrite_output_dir would delete what .*runs holds, and it holds the "
+                                         r"saved model\(s\) or run\(s\) other-run: move them out"):
+        train_translation(*tiny_training(tmp_path, runs, overwrite_output_dir=True))
+    monkeypatch.chdir(runs / "other-run")
+    with pytest.raises(ValueError, match="the current folder among it"):
+        train_translation(*tiny_training(tmp_path, runs / "other-run", overwrite_output_dir=True))
+    assert folder_contents(runs / "other-run") == folder_contents(models["bilingual"])
+
+
+def test_an_overwritten_evaluation_holds_only_the_new_one(models, tmp_path):
+    def evaluate(output_dir, pairs, **settings):
+        run_evaluation(evaluation(models["multilingual"], output_dir, data=str(MULTI30K), split="test_2016_flickr",
+                                  max_pairs=2, language_pairs=pairs, off_target=False, **settings))
+
+    evaluate(tmp_path / "fresh", "en-fr")
+    evaluate(tmp_path / "eval", "en-de,de-en")
+    evaluate(tmp_path / "eval", "en-fr", overwrite_output_dir=True)
+    assert folder_contents(tmp_path / "eval").keys() == folder_contents(tmp_path / "fresh").keys()
+    with pytest.raises(ValueError, match=r"is or holds --model .*, an input of this run"):
+        evaluate(models["multilingual"], "en-fr", overwrite_output_dir=True)
+    assert (models["multilingual"] / "model.safetensors").is_file()
+
+
+def test_an_overwritten_analysis_folder_holds_only_the_new_analysis(models, tmp_path):
+    def plot_internals(output_dir, *flags):
+        run_script("plot_internals", "--model", models["bilingual"], "--data", MULTI30K, "--source_lang", "en",
+                   "--target_lang", "de", "--split", "val", "--max_sentences", "2", "--threads", "1", "--output_dir",
+                   output_dir, *flags)
+
+    plot_internals(tmp_path / "fresh")
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "gates.json").write_text("{}")  # an earlier analysis's
+    plot_internals(tmp_path / "plots", "--overwrite_output_dir")
+    assert folder_contents(tmp_path / "plots").keys() == folder_contents(tmp_path / "fresh").keys()
+    with pytest.raises(ValueError, match="is or holds --model"):
+        plot_internals(models["bilingual"], "--overwrite_output_dir")
+
+
+# --- What does not fit the model ----------------------------------------------------------------------------------
+
+def test_a_shortlist_of_another_direction_is_refused(models, tmp_path):
+    with pytest.raises(ValueError, match=r"--source_lang de --target_lang en: the model translates en-de \(its "
+                                         r"config's language_pairs\), not de-en"):
+        run_script("build_shortlist", "--model", models["bilingual"], "--data", MULTI30K, "--source_lang", "de",
+                   "--target_lang", "en", "--max_pairs", "50", "--output_dir", tmp_path / "wrong")
+    assert not (tmp_path / "wrong").exists()
+    model = tmp_path / "multilingual"
+    shutil.copytree(models["multilingual"], model)
+    run_script("build_shortlist", "--model", model, "--data", MULTI30K, "--source_lang", "en", "--target_lang", "de",
+               "--max_pairs", "50", "--min_count", "1")
+    settings = dict(data=str(MULTI30K), split="test_2016_flickr", max_pairs=2, off_target=False, use_shortlist=True)
+    with pytest.raises(ValueError, match=r"--use_shortlist: the model's shortlist was built for en-de .* would "
+                                         r"restrict en-fr to en-de's words"):
+        run_evaluation(evaluation(model, tmp_path / "eval", language_pairs="en-de,en-fr", **settings))
+    with pytest.raises(ValueError, match=r"would restrict de-fr, de-en, en-fr to"):  # the pivot legs too
+        run_evaluation(evaluation(model, tmp_path / "eval", language_pairs="de-fr", pivot="en", **settings))
+    results = run_evaluation(evaluation(model, tmp_path / "eval", language_pairs="en-de", overwrite_output_dir=True,
+                                        **settings))
+    assert results["use_shortlist"] is True
+
+
+def test_the_pipeline_tags_a_many_to_one_models_input_and_refuses_to_guess_a_target(models, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(models["multilingual"])  # tags <2de>, <2en>, <2fr>
+    many_to_one = pipeline("translation", model=str(save_model(tmp_path / "m2o", tokenizer, ["de-en", "fr-en"])))
+    tag = tokenizer.convert_tokens_to_ids("<2en>")
+    assert many_to_one.preprocess("Ein Mann.")["input_ids"][0, 0] == tag
+    settings = dict(num_beams=1, max_new_tokens=3)
+    assert many_to_one("Ein Mann.", **settings) == many_to_one("Ein Mann.", tgt_lang="en", **settings)
+    unknown = pipeline("translation", model=str(save_model(tmp_path / "no-pairs", tokenizer, [])))
+    with pytest.raises(ValueError, match=r"reserves the language tags \['de', 'en', 'fr'\].*Pass tgt_lang"):
+        unknown("Ein Mann.", **settings)
+
+
+# --- Input dropped, doubled or replaced: never without a word -----------------------------------------------------
+
+@contextlib.contextmanager
+def at_most(seconds: int):
+    """A hang becomes a failure (SIGALRM; the tests run in the main thread)."""
+    def stop(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_streaming_logs_the_pairs_it_drops_and_stops_when_it_can_keep_none(tmp_path, caplog):
+    model_args, data_args, training_args = tiny_training(tmp_path, tmp_path / "run", max_steps=2)
+    long_pair = " ".join(["word"] * 3000)
+    write_pair(tmp_path / "data", f"a man .\n{long_pair}\ntwo dogs .\n", f"ein mann .\n{long_pair}\nzwei hunde .\n",
+               "train")
+    streamed = dataclasses.replace(data_args, streaming=True, stream_buffer_pairs=3)
+    with caplog.at_level(logging.INFO, logger="nmt_toolkit.streaming"):
+        train_translation(model_args, streamed, training_args)
+    assert "dropped 1 of 3 pairs longer than 256 tokens on a side" in caplog.text
+    training_args = dataclasses.replace(training_args, output_dir=str(tmp_path / "run-2"))
+    with at_most(120), pytest.raises(ValueError, match=r"Every one of the (stream's|first) 3 pairs .* longer than "
+                                                        r"--max_length 3 tokens on a side.*raise --max_length"):
+        train_translation(model_args, dataclasses.replace(streamed, max_length=3), training_args)
+
+
+def test_a_pair_folder_beside_the_same_languages_files_is_refused(tmp_path):
+    corpus = write_pair(tmp_path / "m30k", "a man .\n", "ein mann .\n", "train")
+    write_pair(corpus / "de-en", "other .\nmore .\n", "andere .\nmehr .\n", "train")
+    with pytest.raises(ValueError, match=r"m30k holds both train.en, train.de and a pair folder de-en/ for the same "
+                                         r"languages: move one of them away, or pass .*m30k/de-en itself"):
+        load_parallel_corpus(corpus, "en", "de")
+    assert len(load_parallel_corpus(corpus / "de-en", "de", "en")) == 2
+
+
+def test_a_direction_of_one_source_given_twice_is_refused(tmp_path, monkeypatch):
+    corpus = write_pair(tmp_path / "m30k", "a man .\n", "ein mann .\n", "train")
+    monkeypatch.chdir(tmp_path)
+    for more in (["m30k=en-de"], ["./m30k/=de-en,en-de"], ["m30k=de-en", "m30k=all"]):
+        with pytest.raises(ValueError, match=r"Directions of one source given more than once \(--dataset and "
+                                             r"--more_datasets together\): (de-en of .*m30k, )?en-de of .*m30k; each would be "
+                                             r"read twice"):
+            parse_sources("m30k", "en-de", more)
+    with pytest.raises(ValueError, match="Directions of one source given more than once"):
+        run_script("train_tokenizer", "--dataset", corpus, "--language_pairs", "en-de", "--more_datasets",
+                   f"{corpus}=en-de", "--output_dir", tmp_path / "tokenizer")
+    assert len(parse_sources("m30k", "en-de", ["m30k=de-en", "opus100=en-de"])) == 3  # more data for en-de
+
+
+# --- Messages in library terms, or tracebacks ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides, message", [
+    ("language_pairs=en-de", "language_pairs are the run's directions.*give them as --language_pairs"),
+    ("forget_gate_bias=1e39", r"`forget_gate_bias` must be a finite number within \+-100"),
+    ("forget_gate_bias=-1e39", r"`forget_gate_bias` must be a finite number within \+-100"),
+])
+def test_config_overrides_that_a_config_cannot_take_are_one_line(overrides, message, tmp_path):
+    model_args, data_args, training_args = tiny_training(tmp_path, tmp_path / "run")
+    with pytest.raises(ValueError, match=message):
+        train_translation(dataclasses.replace(model_args, config_overrides=overrides), data_args, training_args)
+
+
+def test_a_config_override_of_a_field_that_defaults_to_none_is_applied():
+    config = HighwayTransformerConfig(d_model=16, encoder_attention_heads=2, decoder_attention_heads=2)
+    apply_config_overrides(config, "sdu_layers=1")  # a TypeError from transformers before (no type to convert to)
+    assert config.sdu_layers == 1
+    with pytest.raises(ValueError, match="`sdu_layers` must be an integer >= 1, got 'x'"):
+        apply_config_overrides(HighwayTransformerConfig(d_model=16, encoder_attention_heads=2,
+                                                        decoder_attention_heads=2), "sdu_layers=x")
+
+
+def test_a_shortlist_that_cannot_be_written_is_one_line(models, tmp_path, monkeypatch):
+    flags = ["--model", models["bilingual"], "--data", MULTI30K, "--source_lang", "en", "--target_lang", "de",
+             "--max_pairs", "20"]
+    (tmp_path / "a-file").write_text("")
+    code, stderr = run_as_main("build_shortlist", *flags, "--output_dir", tmp_path / "a-file" / "shortlist")
+    assert code == 1 and stderr.startswith("error: Cannot write into ") and "a writable folder" in stderr, stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+
+    for reason, message in (("Permission denied (os error 13)", "Cannot write the shortlist "),  # read-only
+                            ("No space left on device (os error 28)", "No space left on the device while saving the "
+                                                                      "shortlist")):
+        def failing(shortlist, path, reason=reason):  # what safetensors raises, half a file written
+            Path(path).write_bytes(b"half")
+            raise SafetensorError(f"Error while serializing: I/O error: {reason}")
+
+        monkeypatch.setattr(Shortlist, "save", failing)
+        code, stderr = run_as_main("build_shortlist", *flags, "--output_dir", tmp_path / "out")
+        assert code == 1 and stderr.startswith(f"error: {message}"), stderr
+        assert len(stderr.strip().splitlines()) == 1, stderr
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [], "no partial file left"
+
+
+# --- Unicode: one normal form in training, translation and scoring -------------------------------------------------
+
+
+def nfd(texts: list[str]) -> list[str]:
+    return [unicodedata.normalize("NFD", text) for text in texts]
+
+
+def test_decomposed_accents_read_as_composed_ones_in_new_tokenizers(models, tmp_path, caplog):
+    german = read_multi30k("val", "de", 20)
+    assert sum(text != unicodedata.normalize("NFD", text) for text in german) >= 10  # umlauts and ß to decompose
+    tokenizer = train_joint_bpe_tokenizer(nfd(read_multi30k("train", "de", 300)), vocab_size=300)
+    assert tokenizer(nfd(german))["input_ids"] == tokenizer(german)["input_ids"]  # trained on NFD, read as NFC
+    assert "ü" in "".join(tokenizer.get_vocab()) and "\u0308" not in "".join(tokenizer.get_vocab())
+    tokenizer.save_pretrained(tmp_path / "new")
+    assert normalizes_unicode(AutoTokenizer.from_pretrained(tmp_path / "new"))
+    # Scoring compares in NFC too: a decomposed reference matches the composed hypothesis.
+    assert score_translations(german, nfd(german))["sacrebleu"] == 100.0
+
+    # A tokenizer saved before keeps its behaviour (no normalizer), and says so when text is not in NFC.
+    old = AutoTokenizer.from_pretrained(models["bilingual"])
+    old.backend_tokenizer.normalizer = None
+    old.save_pretrained(tmp_path / "old")
+    old = AutoTokenizer.from_pretrained(tmp_path / "old")
+    assert not normalizes_unicode(old) and old(nfd(german))["input_ids"] != old(german)["input_ids"]
+    model = load_saved_model(models["bilingual"])
+    with caplog.at_level(logging.WARNING, logger="nmt_toolkit.data"):
+        translate_sentences(model, old, german, num_beams=1, max_new_tokens=2)
+        assert "not in Unicode NFC" not in caplog.text
+        translate_sentences(model, old, nfd(german), num_beams=1, max_new_tokens=2)
+    assert "of 20 sources are not in Unicode NFC" in caplog.text and "train a new tokenizer" in caplog.text

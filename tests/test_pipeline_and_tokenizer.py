@@ -160,7 +160,8 @@ def test_pipeline_translation_is_generate_decoded(model, tokenizer, corpus):
     translator = pipeline("translation", model=model, tokenizer=tokenizer)
     assert isinstance(translator, modeling_dwlstm.TranslationPipeline)
     result = translator(sentence, **GENERATE)
-    assert result == [{"translation_text": generate_text(model, tokenizer, tokenizer(sentence)["input_ids"])}]
+    tagged = [tokenizer.convert_tokens_to_ids("<2de>")] + tokenizer(sentence)["input_ids"]  # its one target's tag
+    assert result == [{"translation_text": generate_text(model, tokenizer, tagged)}]
     assert isinstance(result[0]["translation_text"], str) and result[0]["translation_text"]
 
 
@@ -168,7 +169,7 @@ def test_pipeline_passes_generation_settings_to_generate(model, tokenizer, corpu
     sentence = corpus[0][0]
     translator = pipeline("translation", model=model, tokenizer=tokenizer)
     texts = set()
-    input_ids = tokenizer(sentence)["input_ids"]
+    input_ids = [tokenizer.convert_tokens_to_ids("<2de>")] + tokenizer(sentence)["input_ids"]
     for beams, new_tokens in ((1, 10), (2, 10), (2, 4)):
         settings = dict(num_beams=beams, max_new_tokens=new_tokens)
         expected = generate_text(model, tokenizer, input_ids, settings)
@@ -186,6 +187,7 @@ def test_pipeline_with_language_pair_prepends_the_target_tag(model, tokenizer, c
     assert by_task(sentence, **GENERATE) == [{"translation_text": expected}]
     by_argument = pipeline("translation", model=model, tokenizer=tokenizer)
     assert by_argument(sentence, tgt_lang="de", **GENERATE) == [{"translation_text": expected}]
+    assert by_argument(sentence, **GENERATE) == [{"translation_text": expected}]  # its one target language
     assert by_task("<2de> " + sentence, **GENERATE) == [{"translation_text": expected}]  # no second tag
 
 

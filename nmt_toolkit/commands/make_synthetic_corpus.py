@@ -20,7 +20,13 @@ import time
 
 from nmt_toolkit.arguments import finite_float, non_negative_int, positive_int
 from nmt_toolkit.cli import exit_on_error
-from nmt_toolkit.files import atomic_write_json, prepare_output_dir, releasing_output_dirs
+from nmt_toolkit.files import (
+    atomic_directory,
+    atomic_write_json,
+    check_inputs_outside,
+    prepare_output_dir,
+    releasing_output_dirs,
+)
 from nmt_toolkit.synthetic_corpus import (
     OPUS100_LANGUAGES,
     read_length_pairs,
@@ -59,7 +65,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     check_arguments(parser, args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    output = prepare_output_dir(args.output_dir, args.overwrite_output_dir)
+    check_inputs_outside(args.output_dir, {"--lengths_from": args.lengths_from})  # the folder is replaced whole
+    prepare_output_dir(args.output_dir, args.overwrite_output_dir, replaced_whole=True)
+    # Written into a staging folder that replaces --output_dir when complete: an overwrite leaves no file of the
+    # old corpus (a train.jsonl.gz the readers would prefer to the new train.{en,de}.gz), wherever it stops.
+    with atomic_directory(args.output_dir, replace=True) as staging:
+        write_corpus(args, staging)
+
+
+def write_corpus(args: argparse.Namespace, output) -> None:
     start = time.perf_counter()
     if args.opus100_shaped:
         lengths = read_length_pairs(args.lengths_from) if args.lengths_from else None

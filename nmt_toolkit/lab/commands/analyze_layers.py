@@ -19,10 +19,10 @@ from pathlib import Path
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
 from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.checkpoints import load_saved_model, load_saved_tokenizer
-from nmt_toolkit.cli import add_run_arguments, exit_on_error
+from nmt_toolkit.cli import add_run_arguments, exit_on_error, prepare_run_output
 from nmt_toolkit.data import load_parallel_corpus
 from nmt_toolkit.evaluation import DEFAULT_MAX_TOKENS, check_directions, tagged_languages, write_lines
-from nmt_toolkit.files import atomic_write_json, prepare_output_dir, set_threads
+from nmt_toolkit.files import atomic_write_json, set_threads
 from nmt_toolkit.lab.analysis import layer_nonlinearity
 from nmt_toolkit.lab.plotting_analysis import plot_layer_nonlinearity
 
@@ -49,7 +49,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     set_threads(args.threads)
-    output_dir = prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before any work
+    output_dir = prepare_run_output(args, {"--model": args.model, "--data": args.data})  # before any work
     tokenizer = load_saved_tokenizer(args.model, "--model")
     if tagged_languages(tokenizer):  # its sources need a tag the analysis does not give: every BLEU would be wrong
         raise ValueError(f"--model {args.model} was trained with language tags (its tokenizer reserves "

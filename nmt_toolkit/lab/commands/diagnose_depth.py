@@ -19,9 +19,9 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
 from nmt_toolkit.arguments import finite_float, non_negative_int, positive_int
 from nmt_toolkit.checkpoints import load_saved_tokenizer
-from nmt_toolkit.cli import add_run_arguments, exit_on_error
+from nmt_toolkit.cli import add_run_arguments, exit_on_error, prepare_run_output
 from nmt_toolkit.data import load_parallel_corpus
-from nmt_toolkit.files import atomic_write_json, prepare_output_dir, set_threads
+from nmt_toolkit.files import atomic_write_json, set_threads
 from nmt_toolkit.lab.depth_diagnosis import token_batches, trace_training
 from nmt_toolkit.lab.plotting_analysis import plot_depth_diagnosis
 from nmt_toolkit.training import check_config_fields, read_config_file
@@ -68,7 +68,7 @@ def main(argv=None):
     for path in args.configs:  # a missing file, a JSON error, a model_type typo or an unknown field: before any work
         check_config_fields(read_config_file(path)["model_type"], overrides, "--config_overrides")
     set_threads(args.threads)
-    output_dir = prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before any work
+    output_dir = prepare_run_output(args, {"--data": args.data, "--tokenizer": args.tokenizer, "--configs": args.configs})
     tokenizer = load_saved_tokenizer(args.tokenizer, "--tokenizer")
     corpus = load_parallel_corpus(args.data, args.source_lang, args.target_lang, "train",
                                   max_pairs=args.max_pairs)["translation"]

@@ -18,9 +18,9 @@ import argparse
 import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes)
 from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.checkpoints import load_saved_model, load_saved_tokenizer
-from nmt_toolkit.cli import add_run_arguments, exit_on_error
+from nmt_toolkit.cli import add_run_arguments, exit_on_error, prepare_run_output
 from nmt_toolkit.data import load_parallel_corpus
-from nmt_toolkit.files import atomic_write_json, prepare_output_dir, set_threads
+from nmt_toolkit.files import atomic_write_json, set_threads
 from nmt_toolkit.lab.analysis import CORPUS_INTERNALS, internals_name, model_internals, tokenized_batches
 from nmt_toolkit.lab.plotting_analysis import plot_model_internals
 
@@ -38,7 +38,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     set_threads(args.threads)
-    output_dir = prepare_output_dir(args.output_dir, args.overwrite_output_dir)  # before any work
+    output_dir = prepare_run_output(args, {"--model": args.model, "--data": args.data})  # before any work
     model = load_saved_model(args.model, "--model").to(args.device)
     batches = None
     if internals_name(model) in CORPUS_INTERNALS:
