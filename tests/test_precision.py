@@ -529,22 +529,28 @@ def test_evaluate_script_decodes_in_bfloat16_and_int8(trained, tmp_path):
         run_script("evaluate_translation", "--model", "m", "--output_dir", "o", "--dtype", "float16")
 
 
-def test_evaluate_script_with_precision_auto_decodes_as_the_cpu_class_precision_and_records_it(trained, tmp_path,
-                                                                                             monkeypatch):
+def test_evaluate_script_with_precision_auto_decodes_as_the_cpu_class_precision_and_records_it(tmp_path, monkeypatch):
     monkeypatch.setattr(precision, "cpu_features", lambda: AMX)
-    tokenizer, models, directories, test = trained
-    (tmp_path / "test.en").write_text("".join(english + "\n" for english, _ in test[:4]), encoding="utf-8")
-    (tmp_path / "test.de").write_text("".join(german + "\n" for _, german in test[:4]), encoding="utf-8")
-    files = ["--model", str(directories["dwlstm"]), "--source_file", str(tmp_path / "test.en"),
-             "--reference_file", str(tmp_path / "test.de"), "--num_beams", "2"]
+    pairs = generate_pairs(60, seed=3)
+    tokenizer = train_joint_bpe_tokenizer([text for pair in pairs for text in pair], vocab_size=120)
+    torch.manual_seed(0)
+    model = AutoModelForSeq2SeqLM.from_config(DwLstmConfig(
+        **tokenizer_model_kwargs(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, ffn_dim=32, max_position_embeddings=64)).eval()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "test.en").write_text("".join(english + "\n" for english, _ in pairs[:3]), encoding="utf-8")
+    (tmp_path / "test.de").write_text("".join(german + "\n" for _, german in pairs[:3]), encoding="utf-8")
+    files = ["--model", str(tmp_path / "model"), "--source_file", str(tmp_path / "test.en"),
+             "--reference_file", str(tmp_path / "test.de"), "--num_beams", "2", "--max_new_tokens", "6"]
     run_script("evaluate_translation", *files, "--output_dir", str(tmp_path / "auto"), "--precision", "auto")
     results = json.loads((tmp_path / "auto" / "results.json").read_text(encoding="utf-8"))
     assert (results["dtype"], results["quantize"], results["precision"], results["precision_requested"]) == (
         "bfloat16", "none", "bfloat16", "auto")
     hypotheses = (tmp_path / "auto" / "hypotheses.txt").read_text(encoding="utf-8").splitlines()
-    model = prepare_for_inference(copy.deepcopy(models["dwlstm"]), "bfloat16")
-    assert hypotheses == translate_sentences(model, tokenizer, [english for english, _ in test[:4]],
-                                             num_beams=2).hypotheses
+    assert hypotheses == translate_sentences(prepare_for_inference(model, "bfloat16"), tokenizer,
+                                             [english for english, _ in pairs[:3]], num_beams=2,
+                                             max_new_tokens=6).hypotheses
     with pytest.raises(ValueError, match="--precision int8 sets the dtype and the quantisation itself"):
         run_script("evaluate_translation", *files, "--output_dir", str(tmp_path / "both"), "--precision", "int8",
                    "--dtype", "bfloat16")
