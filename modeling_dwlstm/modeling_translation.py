@@ -290,6 +290,18 @@ def attention_weights(query, keys, attention_mask=None) -> torch.Tensor:
     return scores.softmax(dim=-1).nan_to_num(0.0)  # not in place: softmax's backward reads its output
 
 
+def sdpa(query, keys, values, attention_mask=None, dropout: float = 0.0) -> torch.Tensor:
+    """`F.scaled_dot_product_attention`; on a CPU under bfloat16 autocast computed in float32 and cast back to
+    bfloat16: PyTorch's CPU kernels took 1.8-2.5x longer in bfloat16 than in float32 at a base training step's
+    attention shapes (the float32 result is the more precise one)."""
+    if query.dtype == torch.bfloat16 and query.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+        with torch.autocast("cpu", enabled=False):
+            attended = F.scaled_dot_product_attention(query.float(), keys.float(), values.float(),
+                                                      attn_mask=attention_mask, dropout_p=dropout)
+        return attended.to(query.dtype)
+    return F.scaled_dot_product_attention(query, keys, values, attn_mask=attention_mask, dropout_p=dropout)
+
+
 def decoding_step_attention(query, keys, values, attention_mask=None):
     """Attention as two batched matrix products, what SDPA returns. values (B, H, Tk, e)."""
     return torch.matmul(attention_weights(query, keys, attention_mask), values)  # (B, H, Tq, e)
@@ -359,7 +371,7 @@ class MultiHeadAttention(nn.Module):
             attended = decoding_step_attention(query, keys, values, attention_mask)
         else:
             weights = None
-            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=attention_mask, dropout_p=dropout)
+            attended = sdpa(query, keys, values, attention_mask, dropout)
         if rows_per_sentence > 1:
             attended = unfold_rows(attended, rows_per_sentence)
             weights = unfold_rows(weights, rows_per_sentence) if weights is not None else None

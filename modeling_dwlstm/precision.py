@@ -11,6 +11,10 @@ place and returns it: still a normal `PreTrainedModel`, so `generate()`, `transl
     model = prepare_for_inference(AutoModelForSeq2SeqLM.from_pretrained("my-model"), quantize="int8")
     translator = pipeline("translation_en_to_de", model=model, tokenizer=AutoTokenizer.from_pretrained("my-model"))
 
+`prepare_for_inference(model, precision="auto")` takes the precision measured fastest on this CPU's class
+(`CPU_CLASSES`: bfloat16 with AMX, int8 with VNNI or AVX2, float32 elsewhere; bfloat16 on a GPU); `precision`
+also names one path ("float32", "bfloat16", "int8", "bfloat16+int8") instead of dtype and quantize.
+
 (bfloat16 alone needs nothing of this module: `pipeline("translation_en_to_de", model="my-model",
 trust_remote_code=True, dtype=torch.bfloat16)` loads the weights in bfloat16.)
 
@@ -53,6 +57,7 @@ import platform
 import re
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +66,10 @@ from torch import nn
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 QUANTIZATIONS = ("none", "int8")
+# The inference precisions, each a (dtype, quantize) of `prepare_for_inference`; "auto" picks one (`fastest_precision`).
+PRECISIONS = {"float32": ("float32", "none"), "bfloat16": ("bfloat16", "none"), "int8": ("float32", "int8"),
+              "bfloat16+int8": ("bfloat16", "int8")}
+AUTO = "auto"
 OUTPUT_PROJECTION = "lm_head"
 SMALLEST_SCALE = 1e-12  # an all-zero row (a padded position) quantises to zeros instead of dividing by zero
 INT8_ROUTES = ("int_mm", "fbgemm")
@@ -83,9 +92,11 @@ class CpuFeatures:
     capability: str  # PyTorch's kernel level, torch.backends.cpu.get_cpu_capability(): "AVX2", "AVX512", ...
     int8_dot_products: bool  # AVX-512 VNNI or AMX: int8 GEMMs (torch._int_mm) run at several times float32's rate
     native_bfloat16: bool  # AVX-512 BF16 or AMX: bfloat16 GEMMs run faster than float32 ones
+    matrix_tiles: bool = False  # AMX (tile matrix products in bfloat16 and int8), as oneDNN may use it
 
     def describe(self) -> str:
-        extras = [name for name, present in (("VNNI", self.int8_dot_products), ("BF16", self.native_bfloat16)) if present]
+        extras = [name for name, present in (("VNNI", self.int8_dot_products), ("BF16", self.native_bfloat16),
+                                             ("AMX", self.matrix_tiles)) if present]
         return self.capability + (f" with {' and '.join(extras)}" if extras else " (no VNNI, no native bfloat16)")
 
 
@@ -115,7 +126,60 @@ def cpu_features() -> CpuFeatures:
     avx512 = capability.startswith("AVX512") and (onednn_isa == "ALL" or "AVX512" in onednn_isa or "AMX" in onednn_isa)
     return CpuFeatures(capability=capability,
                        int8_dot_products=avx512 and bool(flags & {"avx512_vnni", "amx_int8"}),
-                       native_bfloat16=avx512 and bool(flags & {"avx512_bf16", "amx_bf16"}))
+                       native_bfloat16=avx512 and bool(flags & {"avx512_bf16", "amx_bf16"}),
+                       matrix_tiles=avx512 and (onednn_isa == "ALL" or "AMX" in onednn_isa) and bool(flags & {"amx_bf16", "amx_int8"}))
+
+
+@dataclass(frozen=True)
+class CpuClass:
+    """CPUs that decode alike (`matches`), and the precision whose beam-4 and greedy decoding was measured fastest
+    on them (base models, 6+6 layers; the runs are in docs/inference.md and the repository's experiments/benchmark/)."""
+
+    name: str
+    matches: Callable[[CpuFeatures], bool]
+    fastest: str  # a key of PRECISIONS
+    measured: str  # the measurement behind `fastest`, in a few words
+
+
+# What "auto" takes on a CPU: the first class that matches. Compiled decoding steps are left out of the choice.
+CPU_CLASSES = (
+    CpuClass("AMX", lambda cpu: cpu.matrix_tiles and cpu.native_bfloat16 and cpu.int8_dot_products,
+             "bfloat16", "Xeon with AMX-BF16/INT8, AVX-512 BF16 and VNNI, 1 thread, shared machine: bfloat16 "
+             "beam 4 2.10x, greedy 2.25x float32's speed; int8 1.94x / 1.60x; bfloat16+int8 1.32x / 1.40x"),
+    CpuClass("AVX-512 VNNI", lambda cpu: cpu.int8_dot_products,
+             "int8", "AVX-512 BF16 and VNNI, no AMX, 2 threads, quiet: int8 beam 4 2.59x, greedy 2.59x "
+             "float32's speed; bfloat16 1.82x / 1.89x; bfloat16+int8 2.04x / 2.13x"),
+    CpuClass("AVX2", lambda cpu: cpu.capability.startswith("AVX") and fbgemm_available(),
+             "int8", "AVX2 without VNNI (int8 by fbgemm), 2 threads, quiet: int8 beam 4 1.95x, greedy 2.58x "
+             "float32's speed; bfloat16 refused (several times slower than float32)"),
+    CpuClass("other", lambda cpu: True,
+             "float32", "no fast int8 kernel and no native bfloat16 (not measured: float32 is the one fast path)"),
+)
+
+
+def cpu_class(features: CpuFeatures | None = None) -> CpuClass:
+    """The entry of `CPU_CLASSES` that this CPU (or `features`) belongs to."""
+    features = features or cpu_features()
+    return next(entry for entry in CPU_CLASSES if entry.matches(features))
+
+
+def fastest_precision(device: str = "cpu", features: CpuFeatures | None = None) -> str:
+    """The precision (a key of PRECISIONS) measured fastest for decoding on `device`: on a CPU, its class's entry in
+    `CPU_CLASSES`; on a GPU bfloat16 where it has bfloat16 (int8 is a CPU route), else float32."""
+    if device == "cpu":
+        return cpu_class(features).fastest
+    if device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bfloat16"
+    return "float32"
+
+
+def precision_settings(precision: str, device: str = "cpu") -> tuple[str, str]:
+    """(dtype, quantize) of `precision` ("auto" or a key of PRECISIONS) on `device`."""
+    if precision == AUTO:
+        precision = fastest_precision(device)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be {AUTO} or one of {', '.join(PRECISIONS)}, got {precision!r}.")
+    return PRECISIONS[precision]
 
 
 def int8_route(features: CpuFeatures | None = None) -> str:
@@ -177,15 +241,25 @@ def keep_freed_memory() -> bool:
 
 def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32", quantize: str = "none",
                           quantize_output_projection: bool = True, allow_slow: bool = False,
-                          keep_memory: bool = False) -> nn.Module:
+                          keep_memory: bool = False, precision: str | None = None) -> nn.Module:
     """Cast `model` to `dtype` ("float32" or "bfloat16", or the torch dtype: torch.bfloat16) and, with quantize="int8", quantise every
     `nn.Linear` to int8 (W8A8, dynamic; the output projection too unless `quantize_output_projection`
     is False), by the int8 route that is fast on this CPU (`int8_route`). Changes `model` in place, puts it in
     eval mode and returns it. bfloat16 on a CPU without native bfloat16 is refused (it would decode several
     times slower than float32) unless `allow_slow` (e.g. to halve the memory). With `keep_memory`, for a model on
     the CPU, it also calls `keep_freed_memory` (process-wide: the process keeps the memory it frees, for
-    decoding's next step)."""
+    decoding's next step).
+
+    `precision` names dtype and quantisation together instead (a key of PRECISIONS: "float32", "bfloat16",
+    "int8", "bfloat16+int8"), or "auto": the precision measured fastest on this CPU's class (`CPU_CLASSES`,
+    `fastest_precision`; bfloat16 on a GPU). The choice is kept in `model.inference_precision`. "auto" does not
+    compile decoding steps (`generate(compile_decoding=True)` is a separate choice)."""
     device = next(model.parameters()).device.type
+    if precision is not None:
+        if (torch_dtype(dtype), quantize) != (torch.float32, "none"):
+            raise ValueError(f"precision={precision!r} sets the dtype and the quantisation itself: leave out dtype "
+                             f"and quantize (got dtype={dtype!r}, quantize={quantize!r}).")
+        dtype, quantize = precision_settings(precision, device)
     check_precision(dtype, quantize, device, allow_slow)
     if any(is_quantized(module) for module in linear_modules(model)):
         raise ValueError("The model is already quantised: prepare a freshly loaded model (float32 or bfloat16).")
@@ -195,7 +269,14 @@ def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32"
     model.to(torch_dtype(dtype))
     if quantize == "int8":
         quantize_int8(model, quantize_output_projection)
+    model.inference_precision = precision_name(dtype, quantize)
     return model
+
+
+def precision_name(dtype: str | torch.dtype, quantize: str) -> str:
+    """The key of PRECISIONS for (dtype, quantize)."""
+    dtype = str(torch_dtype(dtype)).removeprefix("torch.")
+    return next(name for name, settings in PRECISIONS.items() if settings == (dtype, quantize))
 
 
 def check_precision(dtype: str | torch.dtype, quantize: str, device: str = "cpu", allow_slow: bool = False) -> None:
@@ -402,6 +483,8 @@ def is_sharded(tensor: torch.Tensor) -> bool:
     return isinstance(tensor, DTensor)
 
 
-__all__ = ["DTYPES", "INT8_ROUTES", "QUANTIZATIONS", "CpuFeatures", "FbgemmInt8Projection", "Int8Projection",
+__all__ = ["AUTO", "CPU_CLASSES", "DTYPES", "INT8_ROUTES", "PRECISIONS", "QUANTIZATIONS", "CpuClass", "CpuFeatures",
+           "FbgemmInt8Projection", "Int8Projection", "cpu_class", "fastest_precision", "precision_name",
+           "precision_settings",
            "freed_memory_kept", "keep_freed_memory", "check_precision", "cpu_features", "cpu_has_vnni", "cpuinfo", "int8_route",
            "prepare_for_inference", "quantize_int8", "linear_modules", "is_quantized", "output_rows", "torch_dtype"]

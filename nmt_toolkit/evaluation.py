@@ -31,7 +31,17 @@ import torch
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from modeling_dwlstm.precision import DTYPES, QUANTIZATIONS, check_precision, prepare_for_inference
+from modeling_dwlstm.precision import (
+    AUTO,
+    DTYPES,
+    PRECISIONS,
+    QUANTIZATIONS,
+    check_precision,
+    precision_name,
+    precision_settings,
+    prepare_for_inference,
+    torch_dtype,
+)
 from modeling_dwlstm.tokenization_dwlstm import LANGUAGE_TAG
 
 from .arguments import check_device, check_finite_number, check_positive_int
@@ -280,6 +290,9 @@ class DecodingArguments:
     quantize: str = field(default="none", metadata={"choices": list(QUANTIZATIONS), "help": (
         "int8: every projection, the output projection included, int8 weights and dynamic int8 activations "
         "(CPU only; see modeling_dwlstm.precision).")})
+    precision: str | None = field(default=None, metadata={"choices": [AUTO, *PRECISIONS], "help": (
+        "dtype and quantisation in one: float32, bfloat16, int8, bfloat16+int8, or auto: the one measured fastest "
+        "on this CPU's class (docs/inference.md; bfloat16 on a GPU). Replaces --dtype and --quantize.")})
     use_shortlist: bool = field(default=False, metadata={"help": (
         "Decode each batch over the model's vocabulary shortlist (scripts/build_shortlist.py writes it beside the "
         "weights; see modeling_dwlstm.generation_translation).")})
@@ -333,6 +346,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     """
     set_threads(args.threads)
     check_evaluation_arguments(args)
+    check_precision(*inference_settings(args), torch.device(args.device).type)
     if args.language_pairs:
         return evaluate_directions(args)
     sources, references = _read_test_set(args)
@@ -369,8 +383,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
         "seconds": round(translations.seconds, 3),
         "sentences_per_second": round(translations.sentences_per_second, 2),
         "device": str(model.device),
-        "dtype": args.dtype,
-        "quantize": args.quantize,
+        **precision_record(args),
         "use_shortlist": args.use_shortlist,
     }
     if baseline is not None:
@@ -395,7 +408,7 @@ def check_decoding_arguments(args: DecodingArguments) -> None:
     """The decoding numbers, the device and the precision of `args`, before any file is read or written."""
     check_decoding_settings(args.num_beams, args.length_penalty, args.max_tokens, args.max_new_tokens)
     check_device(args.device)
-    check_precision(args.dtype, args.quantize, torch.device(args.device).type)
+    check_precision(*inference_settings(args), torch.device(args.device).type)
 
 
 def check_evaluation_arguments(args: EvaluationArguments) -> None:
@@ -485,18 +498,38 @@ def _check_inputs_not_written(args: EvaluationArguments, outputs: list[Path]) ->
             raise ValueError(f"{flag} {path} is the file this evaluation writes; give another --output_dir.")
 
 
+def inference_settings(args: DecodingArguments) -> tuple[str, str]:
+    """(dtype, quantize) that `args` asks for: --precision's (auto: the fastest on this CPU's class,
+    `precision.fastest_precision`), or --dtype and --quantize."""
+    if args.precision is None:
+        return args.dtype, args.quantize
+    if (torch_dtype(args.dtype), args.quantize) != (torch.float32, "none"):
+        raise ValueError(f"--precision {args.precision} sets the dtype and the quantisation itself: leave out --dtype "
+                         "and --quantize.")
+    return precision_settings(args.precision, torch.device(args.device).type)
+
+
+def precision_record(args: DecodingArguments) -> dict:
+    """What results.json says of the precision: dtype, quantize, and the precision they make (with --precision
+    auto, the one it chose)."""
+    dtype, quantize = inference_settings(args)
+    return {"dtype": dtype, "quantize": quantize, "precision": precision_name(dtype, quantize),
+            "precision_requested": args.precision}
+
+
 def load_model_for_evaluation(args: DecodingArguments, directions: Sequence[str] = ()):
-    """The model of `args.model` on `args.device`, in `args.dtype` and quantised as `args.quantize` says
-    (`precision.prepare_for_inference`); the settings are checked before the model is loaded, and with
+    """The model of `args.model` on `args.device`, in the precision `args` asks for (`inference_settings`,
+    `precision.prepare_for_inference`); the settings are checked before the model is loaded, and with
     --use_shortlist that its shortlist was built for the `directions` decoded ("en-de")."""
-    check_precision(args.dtype, args.quantize, torch.device(args.device).type)
+    dtype, quantize = inference_settings(args)
+    check_precision(dtype, quantize, torch.device(args.device).type)
     model = load_saved_model(args.model, "--model", trust_remote_code=args.trust_remote_code)
     if args.use_shortlist and getattr(model, "shortlist", None) is None:
         raise ValueError(f"--use_shortlist: {args.model} has no shortlist.safetensors; build it with "
                          f"scripts/build_shortlist.py --model {args.model} --data ... (the training corpus).")
     if args.use_shortlist:
         check_shortlist_direction(model.shortlist, directions)
-    return prepare_for_inference(model.to(args.device), dtype=args.dtype, quantize=args.quantize)
+    return prepare_for_inference(model.to(args.device), dtype=dtype, quantize=quantize)
 
 
 def _read_test_set(args: EvaluationArguments) -> tuple[list[str], list[str]]:
@@ -760,7 +793,7 @@ def evaluate_directions(args) -> dict:
         "language_id": "py3langid, restricted to the evaluated languages" if identifier else None,
         "off_target_skipped": off_target_skipped,
         "seconds": round(translations.seconds, 3), "sentences_per_second": round(translations.sentences_per_second, 2),
-        "device": str(model.device), "dtype": args.dtype, "quantize": args.quantize, "use_shortlist": args.use_shortlist,
+        "device": str(model.device), **precision_record(args), "use_shortlist": args.use_shortlist,
         "subset": subset, "pivot": args.pivot, "pivot_seconds": pivot_seconds,
         "directions": directions, "averages": averages,
     }

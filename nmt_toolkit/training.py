@@ -21,7 +21,8 @@
   it gets a checksum manifest and the run's arguments, checked when it is resumed or averaged;
 - with ``--bf16``, trains in bfloat16 mixed precision: the forward and backward passes under
   ``torch.autocast(bfloat16)`` (on a CPU too: without an accelerator ``--bf16`` implies ``--use_cpu``),
-  weights, gradients and Adam's moments in float32, the cross-entropy in float32; on CPUs with
+  weights, gradients and Adam's moments in float32, the cross-entropy in float32 (on a CPU attention too:
+  `modeling_translation.sdpa`); on CPUs with
   native bfloat16 (avx512_bf16, AMX) the biggest training speed-up there is; refused on a CPU without it,
   where it would be several times slower than float32;
 - optionally reports validation loss and BLEU (`metrics.translation_compute_metrics`) every `eval_steps`;

@@ -434,6 +434,7 @@ def _run_fingerprint(args: TranslationArguments, request: Request) -> dict:
         "settings": decoding_settings(args),
         "dtype": args.dtype,
         "quantize": args.quantize,
+        "precision": args.precision,
     }
 
 

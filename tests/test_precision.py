@@ -30,8 +30,11 @@ from modeling_dwlstm.modeling_translation import (
 from modeling_dwlstm.modeling_translation import logger as modeling_logger
 from modeling_dwlstm.precision import (
     INT8_ROUTES,
+    PRECISIONS,
     CpuFeatures,
+    cpu_class,
     cpu_features,
+    fastest_precision,
     int8_route,
     is_quantized,
     linear_modules,
@@ -194,13 +197,15 @@ def test_an_int8_projection_without_a_bias_or_with_a_bfloat16_one_is_rescaled_th
 AVX512_FLAGS = "flags : fpu avx2 avx512f avx512_vnni avx512_bf16 amx_int8 amx_bf16"
 
 
-@pytest.mark.parametrize("capability, onednn_isa, vnni, bfloat16, expected_route", [
-    ("AVX512", None, True, True, "int_mm"),  # a VNNI/BF16 server CPU
-    ("AVX2", None, False, False, "fbgemm"),  # the same CPU imitating AVX2 (ATEN_CPU_CAPABILITY=avx2): flags capped
-    ("AVX512", "AVX2", False, False, "fbgemm"),  # oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2)
+@pytest.mark.parametrize("capability, onednn_isa, vnni, bfloat16, amx, expected_route", [
+    ("AVX512", None, True, True, True, "int_mm"),  # an AMX server CPU
+    ("AVX512", "AVX512_CORE_BF16", True, True, False, "int_mm"),  # oneDNN capped below AMX
+    ("AVX512", "AVX512_CORE_AMX", True, True, True, "int_mm"),
+    ("AVX2", None, False, False, False, "fbgemm"),  # imitating AVX2 (ATEN_CPU_CAPABILITY=avx2): flags capped
+    ("AVX512", "AVX2", False, False, False, "fbgemm"),  # oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2)
 ])
 def test_cpu_features_follow_the_flags_capped_by_the_imitated_level(monkeypatch, tmp_path, capability, onednn_isa,
-                                                                     vnni, bfloat16, expected_route):
+                                                                     vnni, bfloat16, amx, expected_route):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(AVX512_FLAGS)
     real_path = precision.Path
@@ -213,7 +218,8 @@ def test_cpu_features_follow_the_flags_capped_by_the_imitated_level(monkeypatch,
     precision.cpu_features.cache_clear()
     try:
         features = cpu_features()
-        assert (features.capability, features.int8_dot_products, features.native_bfloat16) == (capability, vnni, bfloat16)
+        assert (features.capability, features.int8_dot_products, features.native_bfloat16, features.matrix_tiles) == (
+            capability, vnni, bfloat16, amx)
         assert int8_route(features) == expected_route
     finally:
         precision.cpu_features.cache_clear()
@@ -308,6 +314,60 @@ def test_slow_routes_are_refused_with_what_to_use(monkeypatch):
     vnni = CpuFeatures(capability="AVX512", int8_dot_products=True, native_bfloat16=True)
     monkeypatch.setattr(precision, "cpu_features", lambda: vnni)
     assert prepare_for_inference(tiny_model("dwlstm"), "bfloat16", "int8").int8_route == "int_mm"
+
+
+AMX = CpuFeatures("AVX512", int8_dot_products=True, native_bfloat16=True, matrix_tiles=True)
+AVX512_VNNI_BF16 = CpuFeatures("AVX512", int8_dot_products=True, native_bfloat16=True)
+AVX512_VNNI = CpuFeatures("AVX512", int8_dot_products=True, native_bfloat16=False)
+AVX2 = CpuFeatures("AVX2", int8_dot_products=False, native_bfloat16=False)
+NO_AVX = CpuFeatures("DEFAULT", int8_dot_products=False, native_bfloat16=False)
+LOGITS_DTYPES = {"float32": torch.float32, "int8": torch.float32, "bfloat16": torch.bfloat16,
+                 "bfloat16+int8": torch.bfloat16}
+
+
+
+
+@pytest.mark.parametrize("features, fbgemm, expected_class, expected", [
+    (AMX, True, "AMX", "bfloat16"),
+    (AVX512_VNNI_BF16, True, "AVX-512 VNNI", "int8"),
+    (AVX512_VNNI, True, "AVX-512 VNNI", "int8"),
+    (AVX2, True, "AVX2", "int8"),
+    (AVX2, False, "other", "float32"),  # a build without fbgemm
+    (NO_AVX, True, "other", "float32"),
+])
+def test_auto_takes_the_precision_measured_fastest_on_the_cpu_class_and_equals_that_choice_made_explicitly(
+        monkeypatch, features, fbgemm, expected_class, expected):
+    monkeypatch.setattr(precision, "cpu_features", lambda: features)
+    monkeypatch.setattr(precision, "fbgemm_available", lambda: fbgemm)
+    assert cpu_class().name == expected_class and fastest_precision("cpu") == expected
+    auto = prepare_for_inference(tiny_model("dwlstm"), precision="auto")
+    explicit = prepare_for_inference(tiny_model("dwlstm"), *PRECISIONS[expected])
+    named = prepare_for_inference(tiny_model("dwlstm"), precision=expected)
+    assert auto.inference_precision == explicit.inference_precision == named.inference_precision == expected
+    assert getattr(auto, "int8_route", None) == getattr(explicit, "int8_route", None)
+    inputs = {"input_ids": random_ids(2, 5), "decoder_input_ids": random_ids(2, 4, seed=2)}
+    with torch.inference_mode():
+        logits = auto(**inputs).logits
+        assert logits.dtype == LOGITS_DTYPES[expected]
+        assert torch.equal(logits, explicit(**inputs).logits) and torch.equal(logits, named(**inputs).logits)
+
+
+def test_auto_takes_bfloat16_on_a_gpu_that_has_it(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert fastest_precision("cuda") == "bfloat16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    assert fastest_precision("cuda") == "float32"
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"precision": "int4"}, r"precision must be auto or one of float32, bfloat16, int8, bfloat16\+int8, got 'int4'"),
+    ({"precision": "auto", "dtype": "bfloat16"}, "precision='auto' sets the dtype and the quantisation itself"),
+    ({"precision": "int8", "quantize": "int8"}, "precision='int8' sets the dtype and the quantisation itself"),
+])
+def test_a_precision_beside_dtype_or_quantize_or_an_unknown_one_is_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        prepare_for_inference(tiny_model("dwlstm"), **options)
 
 
 @pytest.mark.parametrize("case", ["dwlstm", *DWLSTM_CASES])
@@ -467,6 +527,34 @@ def test_evaluate_script_decodes_in_bfloat16_and_int8(trained, tmp_path):
     assert results["sacrebleu"] > 20  # a trained model, still translating
     with pytest.raises(SystemExit):  # argparse: invalid choice
         run_script("evaluate_translation", "--model", "m", "--output_dir", "o", "--dtype", "float16")
+
+
+def test_evaluate_script_with_precision_auto_decodes_as_the_cpu_class_precision_and_records_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(precision, "cpu_features", lambda: AMX)
+    pairs = generate_pairs(60, seed=3)
+    tokenizer = train_joint_bpe_tokenizer([text for pair in pairs for text in pair], vocab_size=120)
+    torch.manual_seed(0)
+    model = AutoModelForSeq2SeqLM.from_config(DwLstmConfig(
+        **tokenizer_model_kwargs(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, ffn_dim=32, max_position_embeddings=64)).eval()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "test.en").write_text("".join(english + "\n" for english, _ in pairs[:3]), encoding="utf-8")
+    (tmp_path / "test.de").write_text("".join(german + "\n" for _, german in pairs[:3]), encoding="utf-8")
+    files = ["--model", str(tmp_path / "model"), "--source_file", str(tmp_path / "test.en"),
+             "--reference_file", str(tmp_path / "test.de"), "--num_beams", "2", "--max_new_tokens", "6"]
+    run_script("evaluate_translation", *files, "--output_dir", str(tmp_path / "auto"), "--precision", "auto")
+    results = json.loads((tmp_path / "auto" / "results.json").read_text(encoding="utf-8"))
+    assert (results["dtype"], results["quantize"], results["precision"], results["precision_requested"]) == (
+        "bfloat16", "none", "bfloat16", "auto")
+    hypotheses = (tmp_path / "auto" / "hypotheses.txt").read_text(encoding="utf-8").splitlines()
+    assert hypotheses == translate_sentences(prepare_for_inference(model, "bfloat16"), tokenizer,
+                                             [english for english, _ in pairs[:3]], num_beams=2,
+                                             max_new_tokens=6).hypotheses
+    with pytest.raises(ValueError, match="--precision int8 sets the dtype and the quantisation itself"):
+        run_script("evaluate_translation", *files, "--output_dir", str(tmp_path / "both"), "--precision", "int8",
+                   "--dtype", "bfloat16")
+    assert not (tmp_path / "both").exists()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, "bfloat16"])

@@ -5,6 +5,7 @@
     dwlstm-evaluate --model my-model --output_dir eval \
         --source_file test.en --reference_file test.de --target_lang de --baseline_hypotheses other/hypotheses.txt
     dwlstm-evaluate ... --quantize int8   # or --dtype bfloat16: low precision (precision.py)
+    dwlstm-evaluate ... --precision auto  # the precision measured fastest on this CPU class
 
 Writes `hypotheses.txt` (input order) and `results.json` into --output_dir and prints the results.
 The work is done by `nmt_toolkit.evaluation.run_evaluation`.

@@ -73,6 +73,7 @@ from modeling_dwlstm.generation_translation import Shortlist
 from modeling_dwlstm.modeling_translation import MultiHeadAttention
 from modeling_dwlstm.paper_configs import MEMBER_PRESETS, PAPER_VOCAB_SIZE
 from modeling_dwlstm.paper_configs import SIZES as PAPER_SIZES
+from modeling_dwlstm.precision import PRECISIONS as INFERENCE_PRECISIONS
 from modeling_dwlstm.precision import (
     cpu_features,
     cpuinfo,
@@ -94,9 +95,8 @@ SIZES = {
 }
 MARIAN = "marian"
 FIRST_WORD = UNK_ID + 1  # random words are drawn from [FIRST_WORD, vocab - 1): after the special ids, before Marian's pad
-# Generation precisions: name -> precision.prepare_for_inference(dtype, quantize).
-PRECISIONS = {"float32": ("float32", "none"), "bfloat16": ("bfloat16", "none"), "int8": ("float32", "int8"),
-              "bfloat16+int8": ("bfloat16", "int8")}
+# Generation precisions: name -> precision.prepare_for_inference(dtype, quantize), precision.PRECISIONS.
+PRECISIONS = INFERENCE_PRECISIONS
 ENGINE_PRECISIONS = ("float32", "int8")  # CTranslate2 compute types (it refuses bfloat16 on a CPU without AMX)
 ENGINE_MEMBERS = (MARIAN, "residual-prenorm")  # what CTranslate2 can run: Marian, and our export of the baselines
 # Xu et al. 2024, Table 6: the 12-layer depth-wise LSTM decodes as well as, and 1.65x faster than, the 24-layer
