@@ -16,13 +16,14 @@ import torch
 from torch import nn
 
 from .configuration_translation import FamilyMember, check_choice
+from .language_aware import make_layer_norm
 from .modeling_residual import (
     WANG_2019,
     ResidualTransformerConfig,
     ResidualTransformerForConditionalGeneration,
     ResidualTransformerModel,
 )
-from .modeling_translation import LayerCombination, LayerState, make_layer_norm
+from .modeling_translation import LayerCombination, LayerState
 
 
 class DlclConfig(ResidualTransformerConfig):

@@ -15,6 +15,7 @@ from torch import nn
 from transformers import initialization as init
 
 from .configuration_translation import FamilyMember, TranslationTransformerConfig, check_choice
+from .language_aware import make_layer_norm
 from .modeling_translation import (
     ACTIVATIONS,
     LayerOutput,
@@ -25,7 +26,6 @@ from .modeling_translation import (
     TranslationTransformerForConditionalGeneration,
     TranslationTransformerModel,
     attach_shared,
-    make_layer_norm,
 )
 
 # ---------------------------------------------------------------------------------------------

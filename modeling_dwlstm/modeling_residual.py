@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .configuration_translation import FamilyMember, TranslationTransformerConfig, check_choice
+from .language_aware import make_layer_norm
 from .modeling_translation import (
     ACTIVATIONS,
     LayerOutput,
@@ -21,7 +22,6 @@ from .modeling_translation import (
     TranslationLayer,
     TranslationTransformerForConditionalGeneration,
     TranslationTransformerModel,
-    make_layer_norm,
 )
 
 
