@@ -20,14 +20,10 @@ from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.testing_utils import CaptureLogger
 
 from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig, precision
+from modeling_dwlstm.lora import ATTENTION_PROJECTIONS, attention_inputs_reached, projection_names
+from modeling_dwlstm.lora import logger as lora_logger
 from modeling_dwlstm.modeling_dwlstm import DepthWiseLstm, DepthWiseLstmGates
-from modeling_dwlstm.modeling_translation import (
-    ATTENTION_PROJECTIONS,
-    FusedLinear,
-    attention_inputs_reached,
-    projection_names,
-)
-from modeling_dwlstm.modeling_translation import logger as modeling_logger
+from modeling_dwlstm.modeling_translation import FusedLinear
 from modeling_dwlstm.precision import (
     INT8_ROUTES,
     CpuFeatures,
@@ -350,7 +346,7 @@ def test_the_documented_lora_target_modules_reach_what_all_linear_reaches(case):
     names = projection_names(model) - {"lm_head"}
     assert names <= {*ATTENTION_PROJECTIONS, *member_of(case).projections}
     projections = [module for module in linear_modules(model) if module is not model.lm_head]
-    with CaptureLogger(modeling_logger) as captured:
+    with CaptureLogger(lora_logger) as captured:
         adapted = get_peft_model(model, LoraConfig(target_modules=sorted(names), r=2))
     assert captured.out == ""
     wrapped = [module.base_layer for module in adapted.modules() if hasattr(module, "lora_A")]
@@ -363,7 +359,7 @@ def test_the_documented_lora_target_modules_reach_what_all_linear_reaches(case):
 @pytest.mark.parametrize("targets, unmatched", [(["q_proj", "v_proj"], "['v_proj']"), (["q_proj"], None)])
 def test_lora_with_the_unfused_attention_names_is_reported(case, targets, unmatched):
     """The usual recipe's q_proj is only cross-attention's query here (self-attention's are fused into qkv_proj)."""
-    with CaptureLogger(modeling_logger) as captured:
+    with CaptureLogger(lora_logger) as captured:
         adapted = get_peft_model(tiny_model(case), LoraConfig(target_modules=targets, r=2))
     assert attention_inputs_reached(adapted) == (3, 24)
     assert "it reaches 3 of the 24 query/key/value projections" in captured.out
@@ -375,10 +371,10 @@ def test_lora_with_the_unfused_attention_names_is_reported(case, targets, unmatc
 
 
 def test_lora_on_the_feed_forward_layers_only_is_taken_as_meant():
-    with CaptureLogger(modeling_logger) as captured:
+    with CaptureLogger(lora_logger) as captured:
         get_peft_model(tiny_model("residual-pre"), LoraConfig(target_modules=["fc1", "fc2"], r=2))
     assert captured.out == ""
-    with CaptureLogger(modeling_logger) as captured:  # but a name the model lacks is reported
+    with CaptureLogger(lora_logger) as captured:  # but a name the model lacks is reported
         get_peft_model(tiny_model("residual-pre"), LoraConfig(target_modules=["fc1", "fc2", "v_proj"], r=2))
     assert "target_modules ['v_proj'] match no module" in captured.out
 
