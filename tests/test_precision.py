@@ -35,6 +35,7 @@ from modeling_dwlstm.precision import (
     quantize_int8,
 )
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit import allocator
 from nmt_toolkit.evaluation import translate_sentences
 from nmt_toolkit.quickstart_corpus import generate_pairs
 
@@ -221,7 +222,7 @@ def test_cpu_features_follow_the_flags_capped_by_the_imitated_level(monkeypatch,
 ALLOCATION_STEPS = """
 import ctypes, resource, sys
 if sys.argv[1] == "kept":
-    from modeling_dwlstm.precision import keep_freed_memory
+    from nmt_toolkit.allocator import keep_freed_memory
     assert keep_freed_memory()
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
@@ -258,29 +259,20 @@ def test_keep_freed_memory_leaves_a_users_allocator_settings_and_other_c_librari
             calls.append((parameter, value))
             return 1
 
-    monkeypatch.setattr(precision.ctypes, "CDLL", lambda name: Libc())
-    monkeypatch.setattr(precision, "_freed_memory_kept", False)
-    for name in precision.ALLOCATOR_VARIABLES:
+    monkeypatch.setattr(allocator.ctypes, "CDLL", lambda name: Libc())
+    monkeypatch.setattr(allocator, "_freed_memory_kept", False)
+    for name in allocator.ALLOCATOR_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
-    assert not precision.keep_freed_memory() and not calls
+    assert not allocator.keep_freed_memory() and not calls
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
-    monkeypatch.setattr(precision.platform, "libc_ver", lambda: ("", ""))  # e.g. musl
-    assert not precision.keep_freed_memory() and not calls
-    monkeypatch.setattr(precision.platform, "libc_ver", lambda: ("glibc", "2.36"))
-    monkeypatch.setattr(precision.platform, "system", lambda: "Linux")
-    assert precision.keep_freed_memory()
-    assert calls == [(precision.M_MMAP_THRESHOLD, 32 << 20), (precision.M_TRIM_THRESHOLD, 2**31 - 1)]
-    assert precision.keep_freed_memory() and len(calls) == 2  # once per process
-
-
-def test_preparing_a_cpu_model_keeps_freed_memory_only_when_asked(monkeypatch):
-    calls = []
-    monkeypatch.setattr(precision, "keep_freed_memory", lambda: calls.append(1) or True)
-    prepare_for_inference(tiny_model("dwlstm"), quantize="int8")
-    assert calls == []
-    prepare_for_inference(tiny_model("dwlstm"), quantize="int8", keep_memory=True)
-    assert calls == [1]
+    monkeypatch.setattr(allocator.platform, "libc_ver", lambda: ("", ""))  # e.g. musl
+    assert not allocator.keep_freed_memory() and not calls
+    monkeypatch.setattr(allocator.platform, "libc_ver", lambda: ("glibc", "2.36"))
+    monkeypatch.setattr(allocator.platform, "system", lambda: "Linux")
+    assert allocator.keep_freed_memory()
+    assert calls == [(allocator.M_MMAP_THRESHOLD, 32 << 20), (allocator.M_TRIM_THRESHOLD, 2**31 - 1)]
+    assert allocator.keep_freed_memory() and len(calls) == 2  # once per process
 
 
 def test_the_evaluation_script_refuses_bfloat16_where_it_is_slow_before_any_work(monkeypatch, tmp_path):
