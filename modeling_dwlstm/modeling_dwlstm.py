@@ -395,7 +395,6 @@ class TwoLstmDecoderLayer(TranslationLayer):
 
 class DwLstmModel(TranslationTransformerModel):
     config_class = DwLstmConfig
-    _no_split_modules = ["DepthWiseLstmEncoderLayer", "DepthWiseLstmDecoderLayer", "TwoLstmDecoderLayer"]
 
     @classmethod
     def layer_classes(cls, config: DwLstmConfig) -> tuple[type, type]:
@@ -406,7 +405,6 @@ class DwLstmModel(TranslationTransformerModel):
 class DwLstmForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = DwLstmConfig
     base_model_class = DwLstmModel
-    _no_split_modules = DwLstmModel._no_split_modules
 
 
 # BibTeX of the depth-wise LSTM papers (Xu et al. 2020; Xu et al. 2024).

@@ -157,7 +157,6 @@ class PreNormDecoderLayer(ResidualDecoderLayer):
 
 class ResidualTransformerModel(TranslationTransformerModel):
     config_class = ResidualTransformerConfig
-    _no_split_modules = ["ResidualEncoderLayer", "ResidualDecoderLayer", "PreNormEncoderLayer", "PreNormDecoderLayer"]
 
     @classmethod
     def layer_classes(cls, config: ResidualTransformerConfig) -> tuple[type, type]:
@@ -169,7 +168,6 @@ class ResidualTransformerModel(TranslationTransformerModel):
 class ResidualTransformerForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = ResidualTransformerConfig
     base_model_class = ResidualTransformerModel
-    _no_split_modules = ResidualTransformerModel._no_split_modules
 
 
 VASWANI_2017 = """@inproceedings{vaswani2017attention,

@@ -711,7 +711,8 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
             if getattr(module, "reads_target_language", False):
                 attach_shared(module, "target_language", self.target_language, owned=False)
         # The layer classes this config builds, not every class a member may build: accelerate's FSDP wraps each
-        # class named here and refuses one the model lacks.
+        # class named here and refuses one the model lacks. Declared here only: post_init() gives a model that
+        # holds this one (`...ForConditionalGeneration`) its children's.
         self._no_split_modules = sorted({encoder_layer_class.__name__, decoder_layer_class.__name__})
         self.post_init()
 
@@ -788,7 +789,6 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         super().__init__(config)
         self.model = self.base_model_class(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self._no_split_modules = self.model._no_split_modules
         self.post_init()
         # The papers decode with beam 4; translations need more than generate()'s default 20 tokens.
         self.generation_config.num_beams = 4
