@@ -54,7 +54,7 @@ class FamilyMember:
     name: str  # the card's "A {name} translation model"
     citations: tuple[str, ...]  # BibTeX entries
     card_fields: tuple[str, ...] = ()  # the member's own config fields, shown after the shared ones
-    # Its projections beyond the attention's (modeling_translation.ATTENTION_PROJECTIONS), by the names PEFT's LoRA
+    # Its projections beyond the attention's (lora.ATTENTION_PROJECTIONS), by the names PEFT's LoRA
     # `target_modules` matches; which of them a model has can depend on its options.
     projections: tuple[str, ...] = ()
     presets: dict = field(default_factory=dict)  # hub_configs/ name -> config fields (paper_configs)

@@ -18,13 +18,14 @@ import torch
 from torch import nn
 
 from .configuration_translation import FamilyMember, check_choice
+from .language_aware import make_layer_norm
 from .modeling_residual import (
     WANG_2019,
     ResidualTransformerConfig,
     ResidualTransformerForConditionalGeneration,
     ResidualTransformerModel,
 )
-from .modeling_translation import LayerCombination, LayerState, make_layer_norm
+from .modeling_translation import LayerCombination, LayerState
 
 # transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
 # a model's own file imports (later releases follow the imports further): the files that

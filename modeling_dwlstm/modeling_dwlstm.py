@@ -15,6 +15,7 @@ from torch import nn
 from transformers import initialization as init
 
 from .configuration_translation import FamilyMember, TranslationTransformerConfig, check_choice
+from .language_aware import make_layer_norm
 from .modeling_translation import (
     ACTIVATIONS,
     LayerOutput,
@@ -25,7 +26,6 @@ from .modeling_translation import (
     TranslationTransformerForConditionalGeneration,
     TranslationTransformerModel,
     attach_shared,
-    make_layer_norm,
 )
 
 # transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
@@ -407,7 +407,6 @@ class TwoLstmDecoderLayer(TranslationLayer):
 
 class DwLstmModel(TranslationTransformerModel):
     config_class = DwLstmConfig
-    _no_split_modules = ["DepthWiseLstmEncoderLayer", "DepthWiseLstmDecoderLayer", "TwoLstmDecoderLayer"]
 
     @classmethod
     def layer_classes(cls, config: DwLstmConfig) -> tuple[type, type]:
@@ -418,7 +417,6 @@ class DwLstmModel(TranslationTransformerModel):
 class DwLstmForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = DwLstmConfig
     base_model_class = DwLstmModel
-    _no_split_modules = DwLstmModel._no_split_modules
 
 
 # BibTeX of the depth-wise LSTM papers (Xu et al. 2020; Xu et al. 2024).

@@ -160,13 +160,11 @@ class HighwayDecoderLayer(ResidualDecoderLayer):
 class HighwayTransformerModel(TranslationTransformerModel):
     config_class = HighwayTransformerConfig
     encoder_layer_class, decoder_layer_class = HighwayEncoderLayer, HighwayDecoderLayer
-    _no_split_modules = ["HighwayEncoderLayer", "HighwayDecoderLayer"]
 
 
 class HighwayTransformerForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = HighwayTransformerConfig
     base_model_class = HighwayTransformerModel
-    _no_split_modules = HighwayTransformerModel._no_split_modules
 
 
 CHAI_2020 = """@inproceedings{chai2020highway,

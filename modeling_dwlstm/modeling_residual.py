@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .configuration_translation import FamilyMember, TranslationTransformerConfig, check_choice
+from .language_aware import make_layer_norm
 from .modeling_translation import (
     ACTIVATIONS,
     LayerOutput,
@@ -23,7 +24,6 @@ from .modeling_translation import (
     TranslationLayer,
     TranslationTransformerForConditionalGeneration,
     TranslationTransformerModel,
-    make_layer_norm,
 )
 
 # transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
@@ -168,7 +168,6 @@ class PreNormDecoderLayer(ResidualDecoderLayer):
 
 class ResidualTransformerModel(TranslationTransformerModel):
     config_class = ResidualTransformerConfig
-    _no_split_modules = ["ResidualEncoderLayer", "ResidualDecoderLayer", "PreNormEncoderLayer", "PreNormDecoderLayer"]
 
     @classmethod
     def layer_classes(cls, config: ResidualTransformerConfig) -> tuple[type, type]:
@@ -180,7 +179,6 @@ class ResidualTransformerModel(TranslationTransformerModel):
 class ResidualTransformerForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = ResidualTransformerConfig
     base_model_class = ResidualTransformerModel
-    _no_split_modules = ResidualTransformerModel._no_split_modules
 
 
 VASWANI_2017 = """@inproceedings{vaswani2017attention,

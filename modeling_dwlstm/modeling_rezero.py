@@ -70,13 +70,11 @@ class ReZeroDecoderLayer(ResidualDecoderLayer):
 class ReZeroTransformerModel(TranslationTransformerModel):
     config_class = ReZeroTransformerConfig
     encoder_layer_class, decoder_layer_class = ReZeroEncoderLayer, ReZeroDecoderLayer
-    _no_split_modules = ["ReZeroEncoderLayer", "ReZeroDecoderLayer"]
 
 
 class ReZeroTransformerForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = ReZeroTransformerConfig
     base_model_class = ReZeroTransformerModel
-    _no_split_modules = ReZeroTransformerModel._no_split_modules
 
 
 BACHLECHNER_2020 = """@article{bachlechner2020rezero,

@@ -101,13 +101,11 @@ class DepthWiseRnnDecoderLayer(DepthWiseLstmDecoderLayer):
 class DepthWiseRnnModel(TranslationTransformerModel):
     config_class = DepthWiseRnnConfig
     encoder_layer_class, decoder_layer_class = DepthWiseRnnEncoderLayer, DepthWiseRnnDecoderLayer
-    _no_split_modules = ["DepthWiseRnnEncoderLayer", "DepthWiseRnnDecoderLayer"]
 
 
 class DepthWiseRnnForConditionalGeneration(TranslationTransformerForConditionalGeneration):
     config_class = DepthWiseRnnConfig
     base_model_class = DepthWiseRnnModel
-    _no_split_modules = DepthWiseRnnModel._no_split_modules
 
 
 MEMBER = FamilyMember(

@@ -1,9 +1,8 @@
 """The encoder-decoder translation Transformer every family member shares: the skeleton.
 
 It knows no member. Read top to bottom:
- 1. building blocks: positions, embeddings, masks, multi-head attention (SDPA or eager, v5 KV cache), and the
-    language-aware options every member can take (LaLN, LaLT; Zhang et al. 2020), which select parameters by
-    each sentence's target language;
+ 1. building blocks: positions, embeddings, masks, multi-head attention (SDPA or eager, v5 KV cache); the
+    language-aware options every member can take (LaLN, LaLT; Zhang et al. 2020) are in `language_aware`;
  2. the layer interface: every layer maps a `LayerState` (output, and a cell for the depth-wise LSTM)
     to a `LayerState`, so one layer can be swapped for another (Xu et al. 2020, §4 replaces a single layer by a
     linear map);
@@ -26,7 +25,6 @@ are described in the repository's docs/members.md.
 import dataclasses
 import math
 import os
-import threading
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
@@ -47,6 +45,8 @@ from transformers.utils import logging
 
 from .configuration_translation import TranslationTransformerConfig
 from .generation_translation import DECODING_OPTIONS, SHORTLIST_FILE, Shortlist, load_shortlist, translation_generate
+from .language_aware import LanguageAwareTransform, NoTargetLanguage, TargetLanguage, make_layer_norm
+from .lora import LoraReachCheck
 from .loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
 from .precision import is_quantized, linear_modules
 
@@ -250,13 +250,6 @@ class FusedLinear(nn.Linear):
         self.blocks = blocks
 
 
-# The attention projections by the names PEFT's `target_modules` matches. Self-attention computes queries, keys and
-# values with one matmul (`qkv_proj`), cross-attention keys and values (`kv_proj`); LoRA recipes written for
-# unfused models name q_proj / k_proj / v_proj, of which only the cross-attention query exists here.
-ATTENTION_PROJECTIONS = ("qkv_proj", "q_proj", "kv_proj", "out_proj")
-ATTENTION_INPUTS = ("qkv_proj", "q_proj", "kv_proj")
-
-
 def fold_rows(query: torch.Tensor, rows_per_sentence: int) -> torch.Tensor:
     """(sentences * g, H, Tq, e) -> (sentences, H, g * Tq, e): the queries of a sentence's g consecutive rows (its
     beams) as one sequence, attending over the sentence's one copy of the keys."""
@@ -381,149 +374,6 @@ class MultiHeadAttention(nn.Module):
         """softmax(Q K^T / sqrt(d_head)) V written out; returns the output and the weights (B, H, Tq, Tk)."""
         weights = F.dropout(attention_weights(query, keys, attention_mask), dropout, self.training)
         return weights @ values, weights
-
-
-# Language-aware options (Zhang et al. 2020). A multilingual model names the target language by a tag <2xx> in
-# front of every source; with LaLN and LaLT some parameters have one row per target language (the sorted
-# `config.target_languages`), and each sentence uses its language's row. The model owns one `TargetLanguage`, which
-# the encoder sets from the tags and the decoder from the encoder output (generate() expands it for beams with the
-# encoder states); every module that reads it (`reads_target_language`) holds a reference, given at build time.
-# What it holds is per thread, so that threads translating with one model (a server's) each read their own.
-
-
-class NoTargetLanguage(nn.Module):
-    """The target language of a model without language-aware parameters: nothing to read, nothing to keep."""
-
-    def from_source(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> None:
-        return None
-
-    def use(self, rows: torch.Tensor | None):
-        pass
-
-
-class TargetLanguage(NoTargetLanguage):
-    """Each sentence's target language in the forward pass under way, as `rows` (batch,): the index of its language
-    in `config.target_languages`, read from the tag `<2xx>` its source starts with (`config.language_tag_ids`).
-
-    `rows` is the calling thread's: two threads running one model with different target languages each read the
-    rows their own forward pass set. A thread that set none reads the latest set by any thread: the autograd engine's
-    own threads (one per GPU), where a checkpointed layer runs again in the backward pass of the step just taken."""
-
-    def __init__(self, config: TranslationTransformerConfig):
-        super().__init__()
-        self.languages, self.tag_of = config.target_languages, dict(config.language_tag_ids)
-        self.register_buffer("tag_ids", self.build_tag_ids(), persistent=False)  # (languages,), -1 where unknown
-        self.per_thread, self.latest = threading.local(), None
-
-    @property
-    def rows(self) -> torch.Tensor | None:
-        return getattr(self.per_thread, "rows", self.latest)
-
-    def __getstate__(self):  # deepcopy and pickling: a threading.local is neither; a copy starts with no rows
-        return {**super().__getstate__(), "per_thread": None, "latest": None}
-
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        self.per_thread = threading.local()
-
-    def build_tag_ids(self) -> torch.Tensor:
-        return torch.tensor([self.tag_of.get(language, -1) for language in self.languages], dtype=torch.long)
-
-    def init_parameters(self):
-        init.copy_(self.tag_ids, self.build_tag_ids())
-
-    def from_source(self, input_ids, attention_mask):
-        if input_ids is None:
-            raise ValueError("A language-aware model reads the target language from the tag each source starts with: "
-                             "pass `input_ids`, not only `inputs_embeds`.")
-        first = attention_mask.long().argmax(-1) if attention_mask is not None else input_ids.new_zeros(len(input_ids))
-        first_tokens = input_ids.gather(1, first[:, None])  # (B, 1): the first real token (left padding too)
-        is_tag = first_tokens == self.tag_ids  # (B, languages)
-        check_target_tags(is_tag, first_tokens[:, 0], self.languages, self.tag_of)
-        self.use(is_tag.long().argmax(-1))
-        return self.rows
-
-    def use(self, rows):
-        if rows is None:
-            raise ValueError("This language-aware model's decoder needs each sentence's target language, which the "
-                             "encoder returns with its output (`target_language`): pass `encoder_outputs` as "
-                             "`model.get_encoder()(input_ids=...)` returns them, or `input_ids` instead of them.")
-        self.per_thread.rows = self.latest = rows
-
-
-def check_target_tags(is_tag: torch.Tensor, first_tokens: torch.Tensor, languages: list[str], tag_of: dict):
-    """Every source must start with the tag of a target language; read on the CPU only, as `check_token_ids`."""
-    if torch.compiler.is_compiling():
-        return
-    if is_tag.device.type != "cpu":
-        torch._assert_async(is_tag.any(-1).all(), "a source does not start with a target-language tag")
-        return
-    untagged = (~is_tag.any(-1)).nonzero().flatten().tolist()
-    if not untagged:
-        return
-    missing = [language for language in languages if language not in tag_of]
-    if missing:
-        raise ValueError(f"The config has no `language_tag_ids` for the target languages {missing}: build it with "
-                         "tokenization_dwlstm.tokenizer_model_kwargs(tokenizer), which names the tokenizer's tags.")
-    raise ValueError(
-        f"Source sentence {untagged[0]} starts with token {int(first_tokens[untagged[0]])}, not the tag of one of this "
-        f"model's target languages {dict((language, tag_of[language]) for language in languages)} ({len(untagged)} "
-        "such sentences): a language-aware model reads the target language from the <2xx> tag in front of every "
-        "source (the pipeline's tgt_lang and evaluate_translation.py --language_pairs put it there).")
-
-
-class LanguageAwareLayerNorm(nn.Module):
-    """LaLN (Zhang et al. 2020): LN_t(x) = g_t * (x - mean(x)) / std(x) + b_t, the gain and bias of the
-    sentence's target language t. `weight`, `bias`: (languages, dim), initialised to 1 and 0 as LayerNorm's."""
-
-    reads_target_language = True
-
-    def __init__(self, num_languages: int, dim: int, eps: float = 1e-5):
-        super().__init__()
-        self.normalized_shape, self.eps = (dim,), eps
-        self.weight = nn.Parameter(torch.ones(num_languages, dim))
-        self.bias = nn.Parameter(torch.zeros(num_languages, dim))
-
-    def init_parameters(self):
-        init.ones_(self.weight)
-        init.zeros_(self.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, ..., dim)
-        rows = self.target_language.rows  # (B,)
-        shape = (len(rows),) + (1,) * (x.dim() - 2) + self.normalized_shape
-        normalized = F.layer_norm(x, self.normalized_shape, eps=self.eps)
-        return normalized * self.weight[rows].view(shape) + self.bias[rows].view(shape)
-
-
-def make_layer_norm(config: TranslationTransformerConfig, dim: int) -> nn.Module:
-    """Every LayerNorm of every member: `nn.LayerNorm(dim)`, or with `language_aware_norm` its language-aware form."""
-    if config.language_aware_norm:
-        return LanguageAwareLayerNorm(len(config.target_languages), dim)
-    return nn.LayerNorm(dim)
-
-
-class LanguageAwareTransform(nn.Module):
-    """LaLT (Zhang et al. 2020): H_t = H W_t, one d x d projection per target language t, no bias (as in their
-    code), applied to the encoder output. Each language's rows of the batch go through its own `nn.Linear`."""
-
-    reads_target_language = True
-
-    def __init__(self, config: TranslationTransformerConfig):
-        super().__init__()
-        d = config.d_model
-        self.projections = nn.ModuleList(nn.Linear(d, d, bias=False) for _ in config.target_languages)
-
-    def forward(self, states: torch.Tensor) -> torch.Tensor:  # (B, S, d), or (B, S, L+1, d) for every encoder layer
-        rows = self.target_language.rows  # (B,)
-        # The group sizes are read on the host: one sync per encoder pass (once per generate() call or training
-        # step), after which the GPU waits only while the next kernel is queued. Avoiding it would take a d x d
-        # matrix gathered per sentence ((B, d, d) more memory, as Zhang et al.'s code does) or every language's
-        # matrix run on the whole batch.
-        counts = torch.bincount(rows, minlength=len(self.projections)).tolist()
-        order = rows.argsort(stable=True)  # the sentences grouped by language, each group in batch order
-        groups = states.index_select(0, order).split(counts)
-        projected = [projection(group) for projection, group in zip(self.projections, groups) if len(group)]
-        return torch.cat(projected or [states]).index_select(0, order.argsort())  # `or`: an empty batch
 
 
 # ---------------------------------------------------------------------------------------------
@@ -771,77 +621,12 @@ class TranslationDecoder(TranslationStack):
 # ---------------------------------------------------------------------------------------------
 
 
-def attention_inputs_reached(model: nn.Module) -> tuple[int, int]:
-    """(adapted, all) query, key and value projections of `model`'s attentions; a fused projection counts once per
-    block, and a projection is adapted when PEFT wrapped it (its `base_layer` is the original)."""
-    reached = total = 0
-    for attention in model.modules():
-        if isinstance(attention, MultiHeadAttention):
-            for name in ATTENTION_INPUTS:
-                projection = getattr(attention, name, None)
-                if projection is not None:
-                    base = getattr(projection, "base_layer", projection)
-                    blocks = getattr(base, "blocks", 1)
-                    total += blocks
-                    reached += blocks if projection is not base else 0
-    return reached, total
-
-
-def unmatched_target_modules(model: nn.Module, adapter_config) -> list[str]:
-    """The names in an adapter config's `target_modules` list that match no module of `model` (PEFT only refuses a
-    list of which none matches). A regular expression or "all-linear" is not a list: nothing to report."""
-    targets = getattr(adapter_config, "target_modules", None)
-    if not isinstance(targets, (list, tuple, set, frozenset)):
-        return []
-    names = [name for name, _ in model.named_modules()]
-    return sorted(target for target in targets if not any(name == target or name.endswith(f".{target}") for name in names))
-
-
-def projection_names(model: nn.Module, adapters=()) -> set[str]:
-    """The names `target_modules` matches of `model`'s projections (`nn.Linear` modules), whether or not PEFT wrapped
-    them (the original is then the wrapper's `base_layer`); the adapters' own (`lora_A.<adapter>`) left out."""
-    names = set()
-    for name, module in model.named_modules():
-        parts = name.split(".")
-        if isinstance(module, nn.Linear) and not set(parts) & set(adapters):
-            names.add(parts[-2] if parts[-1] == "base_layer" else parts[-1])
-    return names
-
-
-def check_lora_reach(model: nn.Module, adapter_configs: dict) -> None:
-    """Warn when an adapter names modules this model lacks, or reaches some but fewer than half of its attention
-    inputs: `target_modules=["q_proj", "v_proj"]`, the usual recipe, adapts only the cross-attention queries here.
-    Adapters that reach no attention at all (the FFNs only, say) are taken as meant."""
-    adapter_configs = adapter_configs or {}
-    reached, total = attention_inputs_reached(model)
-    others = sorted(projection_names(model, adapter_configs) - {*ATTENTION_PROJECTIONS, "lm_head"})
-    for adapter, adapter_config in adapter_configs.items():
-        unmatched = unmatched_target_modules(model, adapter_config)
-        if unmatched or 0 < reached < total / 2:
-            logger.warning(lora_reach_message(adapter, unmatched, reached, total, others))
-
-
-def lora_reach_message(adapter: str, unmatched: list[str], reached: int, total: int, others: list[str]) -> str:
-    """What `check_lora_reach` says: what the adapter missed, why, and the `target_modules` that reach it."""
-    missed = f"target_modules {unmatched} match no module of this model; " if unmatched else ""
-    return (f"Adapter {adapter!r}: {missed}it reaches {reached} of the {total} query/key/value projections of the "
-            "attentions. This model fuses self-attention's queries, keys and values into `qkv_proj` and "
-            "cross-attention's keys and values into `kv_proj` (`q_proj` is cross-attention's query). For every attention "
-            f"projection use target_modules={list(ATTENTION_PROJECTIONS)}; for every projection "
-            f'target_modules="all-linear" (the others here: {others}).')
-
-
-class TranslationTransformerPreTrainedModel(PreTrainedModel):
+class TranslationTransformerPreTrainedModel(LoraReachCheck, PreTrainedModel):
     """Initialisation as in the papers' toolkits (docs/members.md): Xavier-uniform projections with zero
     biases, embeddings N(0, d_model^-1/2), LayerNorm weight 1 and bias 0. Any other module with
     parameters or buffers to set defines `init_parameters()` (under no_grad, with `transformers.initialization`
-    functions, which skip weights loaded from a checkpoint).
-
-    LoRA (PEFT): `target_modules="all-linear"` adapts every projection but the output one. By name, every member has
-    the attention projections `ATTENTION_PROJECTIONS` (self-attention's fused `qkv_proj`, cross-attention's `q_proj`
-    and fused `kv_proj`, and `out_proj`) plus its own (`FamilyMember.projections`). An adapter that names modules the
-    model lacks, or reaches fewer than half of the attention inputs, is reported when PEFT attaches it
-    (`check_lora_reach`)."""
+    functions, which skip weights loaded from a checkpoint). LoRA adapters are checked as PEFT attaches them
+    (`lora.LoraReachCheck`)."""
 
     config_class = TranslationTransformerConfig
     base_model_prefix = "model"
@@ -866,23 +651,6 @@ class TranslationTransformerPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         if hasattr(module, "init_parameters"):  # modules with their own initialisation say so themselves
             module.init_parameters()
-
-    @property
-    def peft_config(self) -> dict:
-        """The adapters' configurations, by adapter name. PEFT (`get_peft_model`, `PeftModel.from_pretrained`) and
-        transformers' `add_adapter` set it once the adapters are in place, which is when `check_lora_reach` looks."""
-        if "_peft_config" not in self.__dict__:
-            raise AttributeError(f"{type(self).__name__} has no adapters (no `peft_config`).")
-        return self.__dict__["_peft_config"]
-
-    @peft_config.setter
-    def peft_config(self, adapter_configs: dict):
-        self.__dict__["_peft_config"] = adapter_configs
-        check_lora_reach(self, adapter_configs)
-
-    @peft_config.deleter
-    def peft_config(self):
-        self.__dict__.pop("_peft_config", None)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Also name the translation pipeline (transformers 5 dropped the task) in `config.json`'s
@@ -960,7 +728,8 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
             if getattr(module, "reads_target_language", False):
                 attach_shared(module, "target_language", self.target_language, owned=False)
         # The layer classes this config builds, not every class a member may build: accelerate's FSDP wraps each
-        # class named here and refuses one the model lacks.
+        # class named here and refuses one the model lacks. Declared here only: post_init() gives a model that
+        # holds this one (`...ForConditionalGeneration`) its children's.
         self._no_split_modules = sorted({encoder_layer_class.__name__, decoder_layer_class.__name__})
         self.post_init()
 
@@ -1037,7 +806,6 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         super().__init__(config)
         self.model = self.base_model_class(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self._no_split_modules = self.model._no_split_modules
         self.post_init()
         # The papers decode with beam 4; translations need more than generate()'s default 20 tokens.
         self.generation_config.num_beams = 4

@@ -50,10 +50,8 @@ A prepared model is for inference: int8 weights take no gradient, and it is not 
 (keep the float32 checkpoint and prepare it after loading). Preparing a model twice is refused.
 """
 
-import ctypes
 import functools
 import os
-import platform
 import re
 import warnings
 import weakref
@@ -200,55 +198,14 @@ def fbgemm_available() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines
 
 
-# glibc's mallopt parameters, and the largest block it will serve from the heap (HEAP_MAX_SIZE / 2 on 64-bit).
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-HEAP_BLOCK_LIMIT = 32 << 20
-NEVER_TRIM = 2**31 - 1  # mallopt takes an int: 2 GB free at the top of the heap before any is returned
-ALLOCATOR_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
-_freed_memory_kept = False
-
-
-def freed_memory_kept() -> bool:
-    """Whether `keep_freed_memory` has told this process's allocator to keep freed memory."""
-    return _freed_memory_kept
-
-
-def keep_freed_memory() -> bool:
-    """Tell glibc's allocator to keep the memory this process frees for its next allocations, as
-    `MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=<large>` would: blocks up to 32 MB come from the heap
-    and the heap is not trimmed. Decoding allocates and frees tensors of the same sizes at every step (the (rows,
-    vocabulary) scores alone are 18 MB at beam 4 with 32 sentences); by default glibc hands many of them back to
-    the operating system and faults fresh zeroed pages in at the next step. Kept, a decoding process faulted half
-    as many pages in, and int8 beam-4 decoding was faster in 5 of 6 paired processes on a 2-core AVX2 CPU (median
-    1.11x), but the benchmark's runs could not decide a gain (docs/speed.md): a setting to try, not a default.
-    CTranslate2 keeps its memory the same way, with a caching allocator of its own.
-
-    Process-wide, as those environment variables are: the process keeps the memory it has freed (its peak, up to
-    2 GB free) instead of returning it. Returns True if the allocator was told so; False, changing nothing, where
-    the C library is not glibc or the environment already sets one of glibc's MALLOC_ variables (the user's own
-    choice)."""
-    global _freed_memory_kept
-    if _freed_memory_kept:
-        return True
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or any(
-        name in os.environ for name in ALLOCATOR_VARIABLES
-    ):
-        return False
-    libc = ctypes.CDLL("libc.so.6")
-    _freed_memory_kept = bool(libc.mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK_LIMIT) and libc.mallopt(M_TRIM_THRESHOLD, NEVER_TRIM))
-    return _freed_memory_kept
-
-
 def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32", quantize: str = "none",
                           quantize_output_projection: bool = True, allow_slow: bool = False,
-                          keep_memory: bool = False, precision: str | None = None) -> nn.Module:
+                          precision: str | None = None) -> nn.Module:
     """Cast `model` to `dtype` ("float32" or "bfloat16", or the torch dtype: torch.bfloat16) and, with quantize="int8", quantise every
     `nn.Linear` to int8 (W8A8, dynamic; the output projection too unless `quantize_output_projection`
     is False), by the int8 route that is fast on this CPU (`int8_route`). Changes `model` in place, puts it in
     eval mode and returns it. bfloat16 on a CPU without native bfloat16 is refused (it would decode several
-    times slower than float32) unless `allow_slow` (e.g. to halve the memory). With `keep_memory`, for a model on
-    the CPU, it also calls `keep_freed_memory` (process-wide: the process keeps the memory it frees, for
-    decoding's next step).
+    times slower than float32) unless `allow_slow` (e.g. to halve the memory).
 
     `precision` names dtype and quantisation together instead (a key of PRECISIONS: "float32", "bfloat16",
     "int8", "bfloat16+int8"), or "auto": the precision measured fastest on this CPU's class (`CPU_CLASSES`,
@@ -263,8 +220,6 @@ def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32"
     check_precision(dtype, quantize, device, allow_slow)
     if any(is_quantized(module) for module in linear_modules(model)):
         raise ValueError("The model is already quantised: prepare a freshly loaded model (float32 or bfloat16).")
-    if device == "cpu" and keep_memory:
-        keep_freed_memory()
     model.eval()
     model.to(torch_dtype(dtype))
     if quantize == "int8":
@@ -486,5 +441,5 @@ def is_sharded(tensor: torch.Tensor) -> bool:
 __all__ = ["AUTO", "CPU_CLASSES", "DTYPES", "INT8_ROUTES", "PRECISIONS", "QUANTIZATIONS", "CpuClass", "CpuFeatures",
            "FbgemmInt8Projection", "Int8Projection", "cpu_class", "fastest_precision", "precision_name",
            "precision_settings",
-           "freed_memory_kept", "keep_freed_memory", "check_precision", "cpu_features", "cpu_has_vnni", "cpuinfo", "int8_route",
+           "check_precision", "cpu_features", "cpu_has_vnni", "cpuinfo", "int8_route",
            "prepare_for_inference", "quantize_int8", "linear_modules", "is_quantized", "output_rows", "torch_dtype"]

@@ -20,8 +20,8 @@ from conftest import CASES, TINY, WITHOUT_PACKAGE
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, pipeline
 
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig
+from modeling_dwlstm.language_aware import LanguageAwareLayerNorm
 from modeling_dwlstm.modeling_dwlstm import LanguageAwareDepthWiseLstmGates
-from modeling_dwlstm.modeling_translation import LanguageAwareLayerNorm
 from modeling_dwlstm.precision import prepare_for_inference
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit import onnx_export

@@ -20,14 +20,10 @@ from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.testing_utils import CaptureLogger
 
 from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig, precision
+from modeling_dwlstm.lora import ATTENTION_PROJECTIONS, attention_inputs_reached, projection_names
+from modeling_dwlstm.lora import logger as lora_logger
 from modeling_dwlstm.modeling_dwlstm import DepthWiseLstm, DepthWiseLstmGates
-from modeling_dwlstm.modeling_translation import (
-    ATTENTION_PROJECTIONS,
-    FusedLinear,
-    attention_inputs_reached,
-    projection_names,
-)
-from modeling_dwlstm.modeling_translation import logger as modeling_logger
+from modeling_dwlstm.modeling_translation import FusedLinear
 from modeling_dwlstm.precision import (
     INT8_ROUTES,
     PRECISIONS,
@@ -42,6 +38,7 @@ from modeling_dwlstm.precision import (
     quantize_int8,
 )
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit import allocator
 from nmt_toolkit.evaluation import translate_sentences
 from nmt_toolkit.quickstart_corpus import generate_pairs
 
@@ -231,7 +228,7 @@ def test_cpu_features_follow_the_flags_capped_by_the_imitated_level(monkeypatch,
 ALLOCATION_STEPS = """
 import ctypes, resource, sys
 if sys.argv[1] == "kept":
-    from modeling_dwlstm.precision import keep_freed_memory
+    from nmt_toolkit.allocator import keep_freed_memory
     assert keep_freed_memory()
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
@@ -268,29 +265,20 @@ def test_keep_freed_memory_leaves_a_users_allocator_settings_and_other_c_librari
             calls.append((parameter, value))
             return 1
 
-    monkeypatch.setattr(precision.ctypes, "CDLL", lambda name: Libc())
-    monkeypatch.setattr(precision, "_freed_memory_kept", False)
-    for name in precision.ALLOCATOR_VARIABLES:
+    monkeypatch.setattr(allocator.ctypes, "CDLL", lambda name: Libc())
+    monkeypatch.setattr(allocator, "_freed_memory_kept", False)
+    for name in allocator.ALLOCATOR_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
-    assert not precision.keep_freed_memory() and not calls
+    assert not allocator.keep_freed_memory() and not calls
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
-    monkeypatch.setattr(precision.platform, "libc_ver", lambda: ("", ""))  # e.g. musl
-    assert not precision.keep_freed_memory() and not calls
-    monkeypatch.setattr(precision.platform, "libc_ver", lambda: ("glibc", "2.36"))
-    monkeypatch.setattr(precision.platform, "system", lambda: "Linux")
-    assert precision.keep_freed_memory()
-    assert calls == [(precision.M_MMAP_THRESHOLD, 32 << 20), (precision.M_TRIM_THRESHOLD, 2**31 - 1)]
-    assert precision.keep_freed_memory() and len(calls) == 2  # once per process
-
-
-def test_preparing_a_cpu_model_keeps_freed_memory_only_when_asked(monkeypatch):
-    calls = []
-    monkeypatch.setattr(precision, "keep_freed_memory", lambda: calls.append(1) or True)
-    prepare_for_inference(tiny_model("dwlstm"), quantize="int8")
-    assert calls == []
-    prepare_for_inference(tiny_model("dwlstm"), quantize="int8", keep_memory=True)
-    assert calls == [1]
+    monkeypatch.setattr(allocator.platform, "libc_ver", lambda: ("", ""))  # e.g. musl
+    assert not allocator.keep_freed_memory() and not calls
+    monkeypatch.setattr(allocator.platform, "libc_ver", lambda: ("glibc", "2.36"))
+    monkeypatch.setattr(allocator.platform, "system", lambda: "Linux")
+    assert allocator.keep_freed_memory()
+    assert calls == [(allocator.M_MMAP_THRESHOLD, 32 << 20), (allocator.M_TRIM_THRESHOLD, 2**31 - 1)]
+    assert allocator.keep_freed_memory() and len(calls) == 2  # once per process
 
 
 def test_the_evaluation_script_refuses_bfloat16_where_it_is_slow_before_any_work(monkeypatch, tmp_path):
@@ -410,7 +398,7 @@ def test_the_documented_lora_target_modules_reach_what_all_linear_reaches(case):
     names = projection_names(model) - {"lm_head"}
     assert names <= {*ATTENTION_PROJECTIONS, *member_of(case).projections}
     projections = [module for module in linear_modules(model) if module is not model.lm_head]
-    with CaptureLogger(modeling_logger) as captured:
+    with CaptureLogger(lora_logger) as captured:
         adapted = get_peft_model(model, LoraConfig(target_modules=sorted(names), r=2))
     assert captured.out == ""
     wrapped = [module.base_layer for module in adapted.modules() if hasattr(module, "lora_A")]
@@ -423,7 +411,7 @@ def test_the_documented_lora_target_modules_reach_what_all_linear_reaches(case):
 @pytest.mark.parametrize("targets, unmatched", [(["q_proj", "v_proj"], "['v_proj']"), (["q_proj"], None)])
 def test_lora_with_the_unfused_attention_names_is_reported(case, targets, unmatched):
     """The usual recipe's q_proj is only cross-attention's query here (self-attention's are fused into qkv_proj)."""
-    with CaptureLogger(modeling_logger) as captured:
+    with CaptureLogger(lora_logger) as captured:
         adapted = get_peft_model(tiny_model(case), LoraConfig(target_modules=targets, r=2))
     assert attention_inputs_reached(adapted) == (3, 24)
     assert "it reaches 3 of the 24 query/key/value projections" in captured.out
@@ -435,10 +423,10 @@ def test_lora_with_the_unfused_attention_names_is_reported(case, targets, unmatc
 
 
 def test_lora_on_the_feed_forward_layers_only_is_taken_as_meant():
-    with CaptureLogger(modeling_logger) as captured:
+    with CaptureLogger(lora_logger) as captured:
         get_peft_model(tiny_model("residual-pre"), LoraConfig(target_modules=["fc1", "fc2"], r=2))
     assert captured.out == ""
-    with CaptureLogger(modeling_logger) as captured:  # but a name the model lacks is reported
+    with CaptureLogger(lora_logger) as captured:  # but a name the model lacks is reported
         get_peft_model(tiny_model("residual-pre"), LoraConfig(target_modules=["fc1", "fc2", "v_proj"], r=2))
     assert "target_modules ['v_proj'] match no module" in captured.out
 

@@ -77,13 +77,12 @@ from modeling_dwlstm.precision import PRECISIONS as INFERENCE_PRECISIONS
 from modeling_dwlstm.precision import (
     cpu_features,
     cpuinfo,
-    freed_memory_kept,
     int8_route,
-    keep_freed_memory,
     prepare_for_inference,
     quantize_int8,
 )
 
+from ..allocator import freed_memory_kept, keep_freed_memory
 from ..ctranslate2_export import convert_loaded
 from ..files import atomic_write_json
 
@@ -162,7 +161,7 @@ class BenchmarkSettings:
     shortlist: bool = False  # also decode with a vocabulary shortlist: our members and CTranslate2 (`use_vmap`)
     gemm_share: bool = False  # profile PROFILED_MEMBER's int8 beam-4 decoding: its share in int8 matrix products
     measure_refused: bool = False  # also time the paths this CPU refuses to users (`refused_paths`); else only list them
-    keep_freed_memory: bool = False  # glibc keeps freed memory for the whole run (`precision.keep_freed_memory`)
+    keep_freed_memory: bool = False  # glibc keeps freed memory for the whole run (`nmt_toolkit.allocator.keep_freed_memory`)
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
 
     def check(self):

@@ -63,7 +63,7 @@ def main(argv=None):
                              "int8 without a fast kernel), to see how slow they are; they are slow to time too")
     parser.add_argument("--keep_freed_memory", action="store_true",
                         help="tell glibc's allocator to keep freed memory for the whole run, every row "
-                             "(modeling_dwlstm.precision.keep_freed_memory)")
+                             "(nmt_toolkit.allocator.keep_freed_memory)")
     parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
     parser.add_argument("--show", nargs=2, metavar=("RECORDS", "RUN"),
                         help="Measure nothing: print the tables of run RUN kept in RECORDS "
