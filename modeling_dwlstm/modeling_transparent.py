@@ -29,6 +29,8 @@ from .modeling_translation import LayerCombination
 # modeling_translation.py needs are named here too.
 if TYPE_CHECKING:
     from .generation_translation import Shortlist  # noqa: F401
+    from .language_aware import TargetLanguage  # noqa: F401
+    from .lora import LoraReachCheck  # noqa: F401
     from .loss import IGNORE_INDEX  # noqa: F401
     from .pipeline_translation import TranslationPipeline  # noqa: F401
     from .precision import linear_modules  # noqa: F401
