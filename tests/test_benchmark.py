@@ -43,6 +43,7 @@ from nmt_toolkit.lab.benchmark import (
     translate_forced,
     write_report,
 )
+from nmt_toolkit.lab.commands import benchmark as benchmark_command
 
 TINY_SIZE = dict(d_model=16, encoder_layers=2, decoder_layers=3, heads=4, ffn_dim=24)
 VOCAB = 40
@@ -261,7 +262,7 @@ def test_the_deployment_run_times_refused_paths_only_when_asked(flags, measure_r
         asked.append(settings)
         raise StopIteration
 
-    monkeypatch.setattr(benchmark, "run_benchmark", stop)
+    monkeypatch.setattr(benchmark_command, "run_benchmark", stop)  # the name the command calls
     with pytest.raises(StopIteration):
         run_script("benchmark", "--deployment", *flags)
     assert asked[0].measure_refused == measure_refused
