@@ -149,12 +149,12 @@ def build_shortlist_for_model(model_dir: str, data: str, source_lang: str, targe
     tokenizer = load_saved_tokenizer(model_dir, "--model")
     config = AutoConfig.from_pretrained(model_dir)
     folder = Path(output_dir or model_dir)
-    check_writable(folder, "--output_dir" if output_dir else "--model")  # before the counting, not after
     direction = f"{source_lang}-{target_lang}"
     if config.language_pairs and direction not in config.language_pairs:
         raise ValueError(f"--source_lang {source_lang} --target_lang {target_lang}: the model translates "
                          f"{', '.join(config.language_pairs)} (its config's language_pairs), not {direction}; a "
                          f"shortlist of another direction allows the wrong language's words. Pass one of its directions.")
+    check_writable(folder, "--output_dir" if output_dir else "--model")  # before the counting, not after
     pairs = load_parallel_corpus(data, source_lang, target_lang, split, max_pairs=max_pairs)["translation"]
     shortlist = shortlist_from_texts(tokenizer, [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs],
                                      config.vocab_size, metadata={"corpus": f"{data} {split} {direction}",
