@@ -9,6 +9,7 @@ import dataclasses
 import gzip
 import json
 import logging
+import shutil
 import signal
 import unicodedata
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import MULTI30K, random_ids, read_multi30k, tiny_config, tiny_model
+from safetensors.torch import save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from modeling_dwlstm import DwLstmConfig, HighwayTransformerConfig, modeling_translation
@@ -24,6 +26,9 @@ from nmt_toolkit.checkpoints import load_saved_model, record_saved_folder
 from nmt_toolkit.data import load_parallel_corpus
 from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, score_translations, translate_sentences
 from nmt_toolkit.files import read_lines, split_lines, write_checksums
+from nmt_toolkit.lab import experiments
+from nmt_toolkit.lab.experiments import load_experiment, read_record, run_experiments, write_results_table
+from nmt_toolkit.quickstart_corpus import write_corpus
 from nmt_toolkit.training import (
     DataArguments,
     ModelArguments,
@@ -322,3 +327,110 @@ def test_generate_derives_the_mask_of_padded_sources_given_without_it():
     unmasked = model.generate(input_ids=input_ids, **settings)
     assert torch.equal(masked.sequences, unmasked.sequences)
     assert all(torch.allclose(a, b) for a, b in zip(masked.scores, unmasked.scores))
+
+
+# --- Records that cannot disagree with the experiment as it is now -------------------------------------------------
+
+def flag(command: list[str], name: str, default=None):
+    return command[command.index(name) + 1] if name in command else default
+
+
+class FakeStages:
+    """The runner's stages without their processes: each script writes what the runner reads of its outputs (a
+    model of d_model parameters trained for --max_steps), so the runner's own decisions run as they are."""
+
+    def __init__(self, interrupt_training: bool = False):
+        self.interrupt_training, self.scripts = interrupt_training, []
+
+    def __call__(self, command, environment, log, what):
+        script, output = Path(command[1]).name, Path(flag(command, "--output_dir"))
+        self.scripts.append(script)
+        output.mkdir(parents=True, exist_ok=True)
+        if script == "train_tokenizer.py":
+            (output / "tokenizer.json").write_text("{}")
+        elif script == "train_translation.py":
+            (output / "checkpoint-1").mkdir()
+            if self.interrupt_training:
+                raise KeyboardInterrupt
+            steps = int(flag(command, "--max_steps"))
+            config = json.loads(Path(flag(command, "--model_name_or_path")).read_text())
+            (output / "config.json").write_text(json.dumps(config))
+            (output / "trainer_state.json").write_text(json.dumps({"global_step": steps, "log_history": [
+                {"step": steps, "loss": 1.0, "eval_loss": 1.0, "wall_time": 1.0}]}))
+            (output / "train_results.json").write_text(json.dumps({"train_loss": 1.0}))
+        elif script == "average_checkpoints.py":
+            config = json.loads((Path(flag(command, "--run_dir")) / "config.json").read_text())
+            (output / "config.json").write_text(json.dumps(config))
+            save_file({"weight": torch.zeros(config["d_model"])}, output / "model.safetensors")
+        else:
+            (output / "results.json").write_text(json.dumps({  # the references themselves: BLEU 100
+                "sacrebleu": 100.0, "chrf": 100.0, "tokenized_bleu": 100.0, "sentences_per_second": 1.0,
+                "sacrebleu_signature": "fake"}))
+            shutil.copy(Path(flag(command, "--data")) / "test.de", output / "hypotheses.txt")
+
+
+def small_experiment(folder: Path, max_steps: int = 1, d_model: int = 16, merges: int = 40) -> Path:
+    write_corpus(folder / "corpus", splits={"train": 4, "valid": 4, "test": 4}, seed=3)
+    (folder / "tiny.json").write_text(json.dumps({"model_type": "dwlstm", "d_model": d_model}))
+    path = folder / "experiment.json"
+    path.write_text(json.dumps({
+        "name": "tiny", "data": {"dataset": "corpus", "source_lang": "en", "target_lang": "de",
+                                 "validation_split": "valid"},
+        "tokenizer": {"merges": merges}, "training": {"max_steps": max_steps},
+        "runs": [{"name": "tiny", "config": "tiny.json"}]}))
+    return path
+
+
+def test_an_edited_experiment_runs_again_and_no_table_shows_its_old_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiments, "_run", FakeStages())
+    campaign = dict(output_dir=tmp_path / "runs", record_dir=tmp_path / "record")
+    record = campaign["record_dir"]
+    run_experiments(small_experiment(tmp_path), **campaign)
+    assert run_experiments(tmp_path / "experiment.json", **campaign) == ["skip tiny-seed1"]
+    first = read_record(record, "tiny-seed1")["info"]
+    assert (first["steps"], first["parameters"]) == (1, 16)
+
+    edited = small_experiment(tmp_path, max_steps=2, d_model=32)  # the config file's contents changed too
+    with pytest.raises(ValueError, match=r"record of tiny-seed1 \(config.d_model, training.max_steps\) was made "
+                                         "with other settings than tiny's experiment file has now"):
+        write_results_table(load_experiment(edited), record)
+    done = run_experiments(edited, **campaign)
+    assert done[0] == "redo tiny-seed1: its settings changed (config.d_model, training.max_steps)", done
+    assert [line.split(" (")[0] for line in done[1:]] == [
+        "train tiny-seed1", "average tiny-seed1", "evaluate tiny-seed1", "record tiny-seed1",
+        f"table {record / 'results.md'}"]
+    again = read_record(record, "tiny-seed1")["info"]
+    assert (again["steps"], again["parameters"]) == (2, 32)
+    assert json.loads((record / "results.json").read_text())["rows"][0]["steps"] == 2
+
+
+def test_a_record_from_before_settings_were_kept_is_compared_by_its_commands(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiments, "_run", FakeStages())
+    campaign = dict(output_dir=tmp_path / "runs", record_dir=tmp_path / "record", table=False)
+    run_experiments(small_experiment(tmp_path), **campaign)
+    path = experiments.record_file(tmp_path / "record", "tiny-seed1")
+    packed = json.loads(gzip.decompress(path.read_bytes()))
+    del packed["record"]["settings"]  # as packed before records kept their settings
+    path.write_bytes(gzip.compress(json.dumps(packed).encode()))
+    assert run_experiments(tmp_path / "experiment.json", **campaign) == [
+        "skip tiny-seed1 (its record keeps no settings: its config file was not compared)"]
+    done = run_experiments(small_experiment(tmp_path, max_steps=3), **campaign)
+    assert done[0] == "redo tiny-seed1: its settings changed (train --max_steps)", done
+
+
+def test_an_edited_tokenizer_and_an_unfinished_run_of_other_settings_start_again(tmp_path, monkeypatch):
+    stages = FakeStages(interrupt_training=True)
+    monkeypatch.setattr(experiments, "_run", stages)
+    campaign = dict(output_dir=tmp_path / "runs", record_dir=tmp_path / "record", table=False)
+    with pytest.raises(KeyboardInterrupt):  # interrupted in training, after its first checkpoint
+        run_experiments(small_experiment(tmp_path), **campaign)
+    assert (tmp_path / "runs" / "tiny-seed1" / "train" / "checkpoint-1").is_dir()
+
+    stages.interrupt_training = False
+    done = run_experiments(small_experiment(tmp_path, merges=30), **campaign)
+    assert done[:3] == ["redo tokenizer: its settings changed (tokenizer.merges)",
+                        f"tokenizer {tmp_path / 'record' / 'tokenizer'}",
+                        "restart tiny-seed1: its settings changed since it started (tokenizer.merges)"], done
+    assert done[3] == "train tiny-seed1", "not resumed from the checkpoint of the old settings"
+    assert stages.scripts.count("train_tokenizer.py") == 2
+    assert read_record(tmp_path / "record", "tiny-seed1")["info"]["settings"]["tokenizer"] == {"merges": 30}
