@@ -434,3 +434,24 @@ def test_an_edited_tokenizer_and_an_unfinished_run_of_other_settings_start_again
     assert done[3] == "train tiny-seed1", "not resumed from the checkpoint of the old settings"
     assert stages.scripts.count("train_tokenizer.py") == 2
     assert read_record(tmp_path / "record", "tiny-seed1")["info"]["settings"]["tokenizer"] == {"merges": 30}
+
+
+def test_the_pipeline_warns_about_decomposed_text_with_a_tokenizer_saved_before_nfc(models, tmp_path, caplog):
+    german = [text for text in read_multi30k("val", "de", 20) if text != unicodedata.normalize("NFD", text)][:3]
+    old = AutoTokenizer.from_pretrained(models["bilingual"])
+    old.backend_tokenizer.normalizer = None  # as saved before NFC normalization was added
+    old.save_pretrained(tmp_path / "old")
+    model = AutoModelForSeq2SeqLM.from_pretrained(models["bilingual"])
+    translator = pipeline("translation", model=model, tokenizer=AutoTokenizer.from_pretrained(tmp_path / "old"),
+                          num_beams=1, max_new_tokens=2)
+    with caplog.at_level(logging.WARNING, logger="modeling_dwlstm.pipeline_translation"):
+        translator(german)
+        assert "not in Unicode NFC" not in caplog.text
+        translator(nfd(german) + ["a man ."])
+    assert "3 of 4 texts are not in Unicode NFC" in caplog.text and "train a new tokenizer" in caplog.text
+    caplog.clear()
+    new = pipeline("translation", model=model, tokenizer=AutoTokenizer.from_pretrained(models["bilingual"]),
+                   num_beams=1, max_new_tokens=2)
+    with caplog.at_level(logging.WARNING, logger="modeling_dwlstm.pipeline_translation"):
+        new(nfd(german))  # composed by the tokenizer itself
+    assert "not in Unicode NFC" not in caplog.text

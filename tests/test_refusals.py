@@ -24,7 +24,7 @@ import huggingface_hub.constants
 import pytest
 import torch
 from conftest import MULTI30K, random_ids, read_multi30k, run_as_main, run_script, tiny_model
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from modeling_dwlstm import (
     DepthWiseRnnConfig,
@@ -35,6 +35,7 @@ from modeling_dwlstm import (
     ResidualTransformerConfig,
     TransparentAttentionConfig,
 )
+from modeling_dwlstm.generation_translation import Shortlist
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit import evaluation as evaluation_module
 from nmt_toolkit.checkpoints import (
@@ -958,3 +959,31 @@ def test_train_script_exits_non_zero_on_divergence_with_one_line_and_logs_each_s
     assert "Traceback" not in finished.stderr
     assert finished.stderr.count("step 1/4 |") == 1, finished.stderr[-2000:]
     assert "{'loss'" not in finished.stdout + finished.stderr, "the Trainer's dict is not printed besides our line"
+
+
+def test_generate_refuses_a_shortlist_of_another_direction_than_the_call_translates(models):
+    bilingual = AutoModelForSeq2SeqLM.from_pretrained(models["bilingual"]).eval()
+    tokenizer = AutoTokenizer.from_pretrained(models["bilingual"])
+    size = bilingual.config.vocab_size
+
+    def shortlist(**metadata):
+        return Shortlist(torch.arange(size)[:, None], torch.arange(10), metadata)
+
+    source = tokenizer(["a man ."], return_tensors="pt")
+    bilingual.shortlist = shortlist(direction="de-en")
+    with pytest.raises(ValueError, match=r"^use_shortlist=True: the model's shortlist was built for de-en, but the "
+                                         r"model translates en-de \(its config's language_pairs\)"):
+        bilingual.generate(**source, use_shortlist=True, num_beams=1, max_new_tokens=2)
+    bilingual.shortlist = shortlist(corpus="multi30k train en-de")  # built before the direction was recorded
+    assert bilingual.generate(**source, use_shortlist=True, num_beams=1, max_new_tokens=2).shape[0] == 1
+
+    multilingual = AutoModelForSeq2SeqLM.from_pretrained(models["multilingual"]).eval()
+    multilingual.shortlist = Shortlist(torch.arange(multilingual.config.vocab_size)[:, None], torch.arange(10),
+                                       {"direction": "en-de"})
+    translator = pipeline("translation", model=multilingual, tokenizer=AutoTokenizer.from_pretrained(
+        models["multilingual"]), num_beams=1, max_new_tokens=2, use_shortlist=True)
+    with pytest.raises(ValueError, match=r"^use_shortlist=True: the model's shortlist was built for en-de and would "
+                                         r"restrict this call's translation into fr \(the tag in front of its "
+                                         r"sources\) to en-de's words"):
+        translator("a man .", src_lang="en", tgt_lang="fr")
+    assert translator("a man .", src_lang="en", tgt_lang="de")[0]["translation_text"] is not None
