@@ -119,6 +119,13 @@ class Shortlist:
     def vocab_size(self) -> int:
         return self.table.shape[0]
 
+    @property
+    def direction(self) -> str | None:
+        """The direction ("en-de") whose corpus built it: its `direction` metadata, or the last word of its `corpus`
+        (shortlists built before the direction was recorded); None when neither says."""
+        direction = self.metadata.get("direction") or self.metadata.get("corpus", "").rpartition(" ")[2]
+        return direction if direction.count("-") == 1 and all(direction.split("-")) else None
+
     def candidates(self, source_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                    extra: torch.Tensor | None = None) -> torch.Tensor:
         """The sorted target ids a batch of sources (batch, length) may produce: `always`, `extra` and the table rows
@@ -350,6 +357,7 @@ def batch_shortlist_ids(model, generation_config, source_ids, attention_mask, de
     if shortlist.vocab_size != model.config.vocab_size:
         raise ValueError(f"The shortlist covers {shortlist.vocab_size} source tokens but the model has "
                          f"{model.config.vocab_size}: build it again with the model's tokenizer.")
+    check_shortlist_targets(model, shortlist, source_ids)
     config = generation_config
     specials = [config.decoder_start_token_id, config.bos_token_id, config.pad_token_id, model.config.eos_token_id,
                 config.forced_bos_token_id]
@@ -364,6 +372,28 @@ def batch_shortlist_ids(model, generation_config, source_ids, attention_mask, de
         attention_mask = attention_mask[:: attention_mask.shape[0] // source_ids.shape[0]]
     ids = shortlist.candidates(source_ids, attention_mask, torch.cat([part.cpu().long() for part in extra]))
     return ids[ids < model.config.vocab_size]
+
+
+def check_shortlist_targets(model, shortlist: Shortlist, source_ids: torch.Tensor) -> None:
+    """Refuse a shortlist built for another direction than the call translates: its rows hold another target
+    language's words. A multilingual model translates into the languages whose tags `<2xx>` start the sources
+    (`config.language_tag_ids`); a model without tags translates its config's `language_pairs`."""
+    built_for = shortlist.direction
+    if built_for is None:
+        return
+    tags = {tag_id: language for language, tag_id in (getattr(model.config, "language_tag_ids", None) or {}).items()}
+    targets = sorted({tags[token] for token in source_ids[:, 0].tolist() if token in tags})
+    pairs = list(getattr(model.config, "language_pairs", None) or [])
+    others = [language for language in targets if language != built_for.split("-")[1]]
+    if others:
+        raise ValueError(f"use_shortlist=True: the model's shortlist was built for {built_for} and would restrict "
+                         f"this call's translation into {', '.join(others)} (the tag in front of its sources) to "
+                         f"{built_for}'s words; leave out use_shortlist for it, or translate into "
+                         f"{built_for.split('-')[1]} only.")
+    if not targets and pairs and built_for not in pairs:
+        raise ValueError(f"use_shortlist=True: the model's shortlist was built for {built_for}, but the model "
+                         f"translates {', '.join(pairs)} (its config's language_pairs); build it again for the "
+                         "model's direction (scripts/build_shortlist.py), or leave out use_shortlist.")
 
 
 def shortlist_projection(model, ids: torch.Tensor):

@@ -15,7 +15,9 @@ Because of the second use this file is loaded as standalone remote code: it impo
 """
 
 import copy
+import logging
 import re
+import unicodedata
 from collections.abc import Iterable
 
 import torch
@@ -39,6 +41,8 @@ PIVOT_LANGUAGE = "en"
 LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(?:_[A-Za-z0-9]+)*")  # en, yue, zh_Hant: as in the tokenizer's <2xx> tags
 LANGUAGE_TAG = re.compile(r"<2[A-Za-z]{2,3}(?:_[A-Za-z0-9]+)*>")
 TASK_LANGUAGES = re.compile(r"translation_(?P<src>.+?)_to_(?P<tgt>.+)")
+
+logger = logging.getLogger(__name__)
 
 
 class TranslationPipeline(Pipeline):
@@ -102,6 +106,7 @@ class TranslationPipeline(Pipeline):
                                  f"dicts); item {index} is a {type(item).__name__}"
                                  + (f" whose 'text' is a {type(text).__name__}." if isinstance(item, dict) else "."))
             texts.append(text)
+        self._warn_about_decomposed_text(texts)
         to_translate = [item for item, text in zip(items, texts) if text.strip()]
         translated = iter(super().__call__(to_translate, **kwargs) if to_translate else [])
         empty = self._empty_translations(kwargs)
@@ -111,6 +116,22 @@ class TranslationPipeline(Pipeline):
         if all(len(translations) == 1 for translations in result):
             return [translations[0] for translations in result]
         return result
+
+    def _warn_about_decomposed_text(self, texts: list[str]) -> None:
+        """A tokenizer saved before NFC normalization was added reads decomposed accents ("u" + combining
+        diaeresis) as they are, mostly as <unk>: say so, as the evaluation does, rather than translate them badly."""
+        if not hasattr(self, "_composes"):
+            backend = getattr(self.tokenizer, "backend_tokenizer", None)
+            normalizer = backend.normalizer if backend is not None else None
+            # Slow tokenizers (SentencePiece) normalize themselves; a fast one without a normalizer does not.
+            self._composes = backend is None or (normalizer is not None
+                                                 and normalizer.normalize_str("u\u0308") == "\u00fc")
+        count = 0 if self._composes else sum(not unicodedata.is_normalized("NFC", text) for text in texts)
+        if count:
+            logger.warning("%d of %d texts are not in Unicode NFC (decomposed accents), and this model's tokenizer, "
+                           "saved before NFC normalization was added, reads them as they are (mostly <unk>): convert "
+                           "them to NFC (unicodedata.normalize('NFC', text)), or train a new tokenizer.",
+                           count, len(texts))
 
     def _empty_translations(self, kwargs) -> list[dict]:
         """What an empty text translates to: as many empty records as `num_return_sequences` asks for."""
