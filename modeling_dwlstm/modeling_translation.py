@@ -264,7 +264,7 @@ def unfold_rows(states: torch.Tensor, rows_per_sentence: int) -> torch.Tensor:
 # At a decoding step (one new position per row) over a batch of many rows and heads, PyTorch's CPU SDPA kernel
 # costs more than its two matrix products: 1.15-2.1x the time of `decoding_step_attention` for 32-128 rows of
 # 8 heads over 12-24 keys on an AVX2 CPU, while for 1-8 rows SDPA is faster
-# (experiments/benchmark/decoding_step_kernels.txt).
+# (experiments/speed/decoding_step_kernels.txt).
 DECODING_STEP_MIN_QUERIES = 256  # rows x heads from which a CPU decoding step uses `decoding_step_attention`
 
 

@@ -44,7 +44,7 @@ What each option does:
   cannot trace fbgemm's packed weights); `torch._int_mm` stays an int8 product in compiled graphs as it is.
 
 The measurements behind these choices (speed and BLEU of each route) are in the repository's
-experiments/benchmark/README.md.
+experiments/speed/README.md.
 
 A prepared model is for inference: int8 weights take no gradient, and it is not meant to be saved
 (keep the float32 checkpoint and prepare it after loading). Preparing a model twice is refused.
@@ -131,7 +131,7 @@ def cpu_features() -> CpuFeatures:
 @dataclass(frozen=True)
 class CpuClass:
     """CPUs that decode alike (`matches`), and the precision whose beam-4 and greedy decoding was measured fastest
-    on them (base models, 6+6 layers; the runs are in docs/inference.md and the repository's experiments/benchmark/)."""
+    on them (base models, 6+6 layers; the runs are in docs/inference.md and the repository's experiments/speed/)."""
 
     name: str
     matches: Callable[[CpuFeatures], bool]

@@ -557,8 +557,8 @@ def test_pushing_without_a_network_is_one_clear_error(models):
     ("diagnose_depth", ["--steps", "0"], "argument --steps: must be a positive integer"),
     ("diagnose_depth", ["--learning_rate", "nan"], "argument --learning_rate: must be a finite number"),
     ("diagnose_depth", ["--warmup_steps", "-1"], "argument --warmup_steps: must be zero or a positive integer"),
-    ("benchmark", ["--threads", "0"], "argument --threads: must be a positive integer"),
-    ("benchmark", ["--repeats", "0"], "argument --repeats: must be a positive integer"),
+    ("measure_speed", ["--threads", "0"], "argument --threads: must be a positive integer"),
+    ("measure_speed", ["--repeats", "0"], "argument --repeats: must be a positive integer"),
     ("quickstart", ["--max_steps", "0"], "argument --max_steps: must be a positive integer"),
     ("quickstart", ["--threads", "0"], "argument --threads: must be a positive integer"),
     ("run_experiments", ["--threads", "0"], "argument --threads: must be a positive integer"),
@@ -571,7 +571,7 @@ def test_script_counts_and_devices_are_usage_errors(name, flags, message, tmp_pa
                                                                         "c.json"],
                 "run_experiments": ["e.json"], "train_tokenizer": ["--dataset", "d", "--source_lang", "en",
                                                                    "--target_lang", "de"]}.get(name, [])
-    output = ["--output_dir", tmp_path / "out"] if name not in ("benchmark", "run_experiments",
+    output = ["--output_dir", tmp_path / "out"] if name not in ("measure_speed", "run_experiments",
                                                                 "measure_gradient_norms") else []
     code, stderr = run_as_main(name, *required, *output, *flags)
     assert code == 2 and message in stderr, stderr
@@ -582,7 +582,7 @@ def test_script_counts_and_devices_are_usage_errors(name, flags, message, tmp_pa
     ("results_table", ["missing/results.json"], "error: Cannot read evaluation results from missing/results.json"),
     ("plot_training", ["missing-run", "--output", "x.png"], "error: missing-run has neither trainer_state.json"),
     ("run_experiments", ["missing.json"], "error: No experiment file missing.json"),
-    ("benchmark", ["--members", "no-such-member"], "error: Unknown members ['no-such-member']"),
+    ("measure_speed", ["--members", "no-such-member"], "error: Unknown members ['no-such-member']"),
     ("make_hub_configs", ["--output_dir", "a-file/configs"], "error: [Errno 20] Not a directory"),
     ("push_to_hub", ["--model", "missing/model/folder", "--repo_id", "u/m", "--training_data", "x"],
      "error: --model missing/model/folder: no such folder"),

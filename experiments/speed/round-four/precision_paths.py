@@ -1,7 +1,7 @@
 """Beam-4 and greedy decoding of base (6+6) models in every inference precision, interleaved, medians: the
 measurement behind `prepare_for_inference(model, precision="auto")`'s table of fastest paths per CPU class.
 
-    PYTHONPATH=. python experiments/benchmark/round-four/precision_paths.py --threads 1 --repeats 5
+    PYTHONPATH=. python experiments/speed/round-four/precision_paths.py --threads 1 --repeats 5
 
 --batch sentences (32) of 20 source tokens, 24 forced new tokens (`generate_forced`), random weights, vocabulary 32k.
 Prints seconds per decode (median), each precision's speed-up over float32, and the CPU's flags.
@@ -13,7 +13,7 @@ import statistics
 import torch
 
 from modeling_dwlstm.precision import cpu_features
-from nmt_toolkit.lab.benchmark import (
+from nmt_toolkit.lab.speed import (
     PRECISIONS,
     build_model,
     cpu_identity,

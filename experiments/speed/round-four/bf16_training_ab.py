@@ -3,9 +3,9 @@ torch.compile (what the Trainer's `--torch_compile` does), interleaved, medians;
 matmul rates at the step's shapes (`step_matmul_rates`) and the square-matmul float32 peak. Base size (6+6), 4096
 source + target tokens per batch at length 64, fused loss, fused Adam (the benchmark's `training_step`).
 
-    PYTHONPATH=. python experiments/benchmark/round-four/bf16_training_ab.py --threads 1 --repeats 5 \
+    PYTHONPATH=. python experiments/speed/round-four/bf16_training_ab.py --threads 1 --repeats 5 \
         --members dwlstm residual-prenorm marian --variants fp32 bf16 bf16_compiled
-    PYTHONPATH=. python experiments/benchmark/round-four/bf16_training_ab.py --profile dwlstm   # op table, bf16
+    PYTHONPATH=. python experiments/speed/round-four/bf16_training_ab.py --profile dwlstm   # op table, bf16
 
 "bf16_bf16_attention" is the bf16 step with the attention as it was before `modeling_translation.sdpa` (bfloat16
 SDPA under autocast); "bf16" runs the code as it is.
@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from modeling_dwlstm import modeling_translation
 from modeling_dwlstm.precision import cpu_features
-from nmt_toolkit.lab.benchmark import (
+from nmt_toolkit.lab.speed import (
     BenchmarkSettings,
     batch_size_for,
     build_model,

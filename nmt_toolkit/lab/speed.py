@@ -296,7 +296,7 @@ class EngineProcess:
     """CTranslate2's translators in a child process, translating on request; the parent times each request.
 
     Why not in the benchmark's own process: there, after CTranslate2's first translation, PyTorch's int8
-    decoding ran 25-30% slower for the rest of the process (experiments/benchmark/README.md, 20:55),
+    decoding ran 25-30% slower for the rest of the process (experiments/speed/README.md, 20:55),
     which would slow every generate() row interleaved after it. A request is one pipe round trip, well under
     a millisecond against tasks of 0.3-3 s."""
 
@@ -489,7 +489,7 @@ def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dic
 class ForbidEndOfSentence(LogitsProcessor):
     """Sets the end-of-sentence score to -inf in place: one column written per step. (`min_new_tokens` does the
     same with `torch.where` passes over all scores, 8-16% of beam-4 time at base in
-    experiments/benchmark/README.md, 15:55: a cost of the forced length, not of decoding.)"""
+    experiments/speed/README.md, 15:55: a cost of the forced length, not of decoding.)"""
 
     def __init__(self, eos_token_id: int):
         self.eos_token_id = eos_token_id
@@ -568,7 +568,7 @@ def training_peak_memory(member: str, size: str, length: int, settings: Benchmar
         run_training_steps(member, size, length, settings)
         return torch.cuda.max_memory_allocated() - before
     code = (  # the child gets the size's shape too, so sizes added at run time (tests) work
-        "import json, sys; from nmt_toolkit.lab.benchmark import SIZES, BenchmarkSettings, cpu_training_peak_memory; "
+        "import json, sys; from nmt_toolkit.lab.speed import SIZES, BenchmarkSettings, cpu_training_peak_memory; "
         "SIZES[sys.argv[3]] = json.loads(sys.argv[5]); s = BenchmarkSettings(**json.loads(sys.argv[1])); "
         "print(cpu_training_peak_memory(sys.argv[2], sys.argv[3], int(sys.argv[4]), s))"
     )
@@ -1218,18 +1218,18 @@ def write_report(report: dict, path: str | Path):
 
 
 def kept_reports(path: str | Path) -> dict[str, dict]:
-    """The reports kept in a records file (experiments/benchmark/records/CLASS.json: one file per CPU class, its
+    """The reports kept in a records file (experiments/speed/records/CLASS.json: one file per CPU class, its
     runs grouped by the code they measured), by run name. Each report gains `kept`: the version's commit, date,
     conditions and command."""
     try:
         value = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"No records file {path}; the kept ones are in experiments/benchmark/records/.") from None
+        raise ValueError(f"No records file {path}; the kept ones are in experiments/speed/records/.") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON ({error}); restore it from git.") from None
     if not isinstance(value, dict) or "versions" not in value:
-        raise ValueError(f"{path} is not a benchmark records file (no `versions`): give one of "
-                         "experiments/benchmark/records/, or a single report's JSON to format_report.")
+        raise ValueError(f"{path} is not a speed records file (no `versions`): give one of "
+                         "experiments/speed/records/, or a single report's JSON to format_report.")
     return {run: {**report, "kept": {key: version[key] for key in ("code", "date", "when", "command")}}
             for version in value["versions"] for run, report in version["runs"].items()}
 
