@@ -218,7 +218,7 @@ def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32"
                              f"and quantize (got dtype={dtype!r}, quantize={quantize!r}).")
         dtype, quantize = precision_settings(precision, device)
     check_precision(dtype, quantize, device, allow_slow)
-    if any(is_quantized(module) for module in linear_modules(model)):
+    if has_quantized_projections(model):
         raise ValueError("The model is already quantised: prepare a freshly loaded model (float32 or bfloat16).")
     model.eval()
     model.to(torch_dtype(dtype))
@@ -429,6 +429,11 @@ def is_quantized(module: nn.Linear) -> bool:
     return type(module.weight) not in (nn.Parameter, torch.Tensor) and not is_sharded(module.weight)
 
 
+def has_quantized_projections(model: nn.Module) -> bool:
+    """Whether any projection of `model` is quantised (`is_quantized`)."""
+    return any(is_quantized(module) for module in linear_modules(model))
+
+
 def is_sharded(tensor: torch.Tensor) -> bool:
     """Whether `tensor` is a DTensor, i.e. split over processes (FSDP, tensor parallelism)."""
     if not torch.distributed.is_available():
@@ -442,4 +447,5 @@ __all__ = ["AUTO", "CPU_CLASSES", "DTYPES", "INT8_ROUTES", "PRECISIONS", "QUANTI
            "FbgemmInt8Projection", "Int8Projection", "cpu_class", "fastest_precision", "precision_name",
            "precision_settings",
            "check_precision", "cpu_features", "cpu_has_vnni", "cpuinfo", "int8_route",
-           "prepare_for_inference", "quantize_int8", "linear_modules", "is_quantized", "output_rows", "torch_dtype"]
+           "prepare_for_inference", "quantize_int8", "linear_modules", "is_quantized", "output_rows",
+           "torch_dtype", "has_quantized_projections"]
