@@ -611,15 +611,24 @@ def to_device(batch: dict, device: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def interleaved_times(tasks: dict, repeats: int, device: str) -> dict:
-    """{key: [seconds of each repetition]}: every task once per repetition, the order rotated each time."""
+def interleaved_times(tasks: dict, repeats: int, device: str, log=None) -> dict:
+    """{key: [seconds of each repetition]}: every task once per repetition, the order rotated each
+    time. `log` (e.g. print) gets each repetition's times as it ends (a long run's progress)."""
     keys = list(tasks)
     times = {key: [] for key in keys}
     for repeat in range(repeats):
         shift = repeat % len(keys)
         for key in keys[shift:] + keys[:shift]:
             times[key].append(timed(tasks[key], device))
+        if log is not None:
+            log(f"# repeat {repeat + 1}: " + ", ".join(f"{task_name(key)} {values[-1]:.2f} s"
+                                                       for key, values in times.items()))
     return times
+
+
+def task_name(key) -> str:
+    """A task's key as words: ("dwlstm", "beam4") -> "dwlstm beam4"."""
+    return " ".join(map(str, key)) if isinstance(key, tuple) else str(key)
 
 
 def interleaved_medians(tasks: dict, repeats: int, device: str) -> dict:
