@@ -295,8 +295,8 @@ class MultiHeadAttention(nn.Module):
     generation. SDPA computes it, but for "eager", `output_attentions` and CPU decoding steps over
     many rows (`is_decoding_step`). Cross-attention keys of fewer rows than the queries are shared
     by a sentence's consecutive rows (its beams): each sentence's queries attend as one sequence
-    over its one copy of the keys."""
-
+    over its one copy of the keys.
+    """
 
     def __init__(self, config: TranslationTransformerConfig, num_heads: int, layer_idx: int, is_cross_attention: bool = False):
         super().__init__()
