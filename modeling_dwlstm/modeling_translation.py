@@ -1,25 +1,18 @@
-"""The encoder-decoder translation Transformer every family member shares: the skeleton.
+"""The encoder-decoder Transformer every family member shares: the skeleton, which knows no member.
 
-It knows no member. Read top to bottom:
- 1. building blocks: positions, embeddings, masks, multi-head attention (SDPA or eager, v5 KV cache); the
-    language-aware options every member can take (LaLN, LaLT; Zhang et al. 2020) are in `language_aware`;
- 2. the layer interface: every layer maps a `LayerState` (output, and a cell for the depth-wise LSTM)
-    to a `LayerState`, so one layer can be swapped for another (Xu et al. 2020, §4 replaces a single layer by a
-    linear map);
- 3. connections across a stack: a *depth connection* forms each layer's input from the earlier layer
-    outputs (`PreviousLayer`, DLCL), a *cross-attention source* gives each decoder layer the encoder
-    states it attends over (`TopEncoderLayer`, transparent attention);
- 4. the encoder and decoder stacks, built from the classes the model names;
- 5. `TranslationTransformerModel` and `TranslationTransformerForConditionalGeneration`, the Hugging
-    Face wrappers. A member subclasses them and names its parts directly, e.g.
+Read top to bottom: 1. building blocks (positions, embeddings, masks, attention); 2. the layer
+interface (a layer maps a `LayerState` to a `LayerState`, so one layer can replace another: Xu et
+al. 2020, §4); 3. connections across a stack (the *depth connection* that feeds each layer, the
+*cross-attention source* of each decoder layer); 4. the encoder and decoder stacks; 5. the Hugging
+Face models, which a member subclasses to name its parts:
 
-        class DwLstmModel(TranslationTransformerModel):
-            config_class = DwLstmConfig
-            encoder_layer_class = DepthWiseLstmEncoderLayer
-            decoder_layer_class = DepthWiseLstmDecoderLayer
+    class DwLstmModel(TranslationTransformerModel):
+        config_class = DwLstmConfig
+        encoder_layer_class = DepthWiseLstmEncoderLayer
+        decoder_layer_class = DepthWiseLstmDecoderLayer
 
-Papers are cited by authors and year; the members, their equations and our choices where the papers are silent
-are described in the repository's docs/members.md.
+The members' equations, and our choices where the papers are silent: the repository's
+docs/members.md.
 """
 
 import dataclasses
@@ -45,20 +38,18 @@ from transformers.utils import logging
 
 from .configuration_translation import TranslationTransformerConfig
 from .generation_translation import DECODING_OPTIONS, SHORTLIST_FILE, Shortlist, load_shortlist, translation_generate
-from .language_aware import LanguageAwareTransform, NoTargetLanguage, TargetLanguage, make_layer_norm
+from .language_aware import make_language_transform, make_layer_norm, make_target_language
 from .lora import LoraReachCheck
 from .loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
-from .precision import is_quantized, linear_modules
+from .precision import has_quantized_projections
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
 logger = logging.get_logger(__name__)
 
-# transformers 5.24 renamed the KV cache `past_key_values` to `cache`: the keyword generate() passes to forward(),
-# the field of the output classes and the keyword GradientCheckpointingLayer clears. Both versions are supported
-# here and nowhere else: the forwards take either keyword (`cache_argument`), return the cache under the installed
-# version's field name, and the decoder drops the cache under gradient checkpointing itself. Inside the package
-# the cache keeps its old name.
+# transformers 5.24 renamed the KV cache `past_key_values` to `cache` (forward()'s keyword, the
+# outputs' field). Only here: the forwards take either keyword (`cache_argument`) and return the
+# installed version's field.
 CACHE_FIELD = "cache" if "cache" in {field.name for field in fields(Seq2SeqLMOutput)} else "past_key_values"
 
 
@@ -69,9 +60,7 @@ def cache_argument(past_key_values: Cache | None, cache: Cache | None) -> Cache 
     return past_key_values if cache is None else cache
 
 
-# ---------------------------------------------------------------------------------------------
-# 1. Building blocks
-# ---------------------------------------------------------------------------------------------
+# 1. Building blocks -------------------------------------------------------------------------------
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -193,10 +182,9 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int):
 
 
 def padding_mask(attention_mask: torch.Tensor | None, shape: tuple[int, int]) -> torch.Tensor | None:
-    """(batch, key_length) of 1/0 -> boolean (batch, 1, 1, key_length), True = may attend; `shape` is the
-    (batch, length) of the token ids it belongs to. None when nothing is masked (SDPA's fastest kernels),
-    checked only on the CPU, where reading the mask costs no device synchronisation (and not while
-    torch.compile traces)."""
+    """(batch, key_length) of 1/0 -> boolean (batch, 1, 1, key_length), True = may attend; `shape`:
+    its token ids'. None when nothing is masked (SDPA's fastest kernels), checked on the CPU only
+    (no device synchronisation)."""
     if attention_mask is None:
         return None
     if attention_mask.dim() != 2 or tuple(attention_mask.shape) != tuple(shape):
@@ -211,12 +199,11 @@ def padding_mask(attention_mask: torch.Tensor | None, shape: tuple[int, int]) ->
 
 def causal_mask(batch: int, query_length: int, key_length: int, attention_mask: torch.Tensor | None, device,
                 past=None) -> torch.Tensor | None:
-    """Query t (at absolute position past + t) sees keys 0..past + t, minus padded keys. `past` is given for a
-    static cache, whose keys are its whole length (`key_length`) with the positions past + t filled so far.
-    A single new query with no padding over a growing cache needs no mask at all (the fast path of cached decoding)."""
+    """Query t (at position past + t) sees keys 0..past + t, minus padded keys. `past` is given for
+    a static cache, whose keys are its whole length. None for one new query without padding over a
+    growing cache (the fast path)."""
     if attention_mask is not None and attention_mask.dim() == 4:
-        # Ready-made (batch, 1, query, keys) mask, as generate() passes with a static cache, whose keys
-        # are the cache's full length rather than past + new.
+        # Ready-made (batch, 1, query, keys), as generate() passes with a static cache.
         if attention_mask.shape[0] != batch or attention_mask.shape[2] != query_length:
             raise ValueError(f"A 4D decoder_attention_mask must have shape ({batch}, 1, {query_length}, keys), "
                              f"got {tuple(attention_mask.shape)}.")
@@ -301,18 +288,14 @@ def decoding_step_attention(query, keys, values, attention_mask=None):
 
 
 class MultiHeadAttention(nn.Module):
-    """Scaled dot-product attention over `num_heads` heads (Vaswani et al. §3.2).
+    """Scaled dot-product attention over `num_heads` heads (Vaswani et al. 2017, §3.2).
 
-    Self-attention projects queries, keys and values with one fused matmul (`qkv_proj`) and caches
-    keys/values in `past_key_values.self_attention_cache`; cross-attention projects keys and values
-    of the encoder output with one matmul (`kv_proj`) once per generation and reuses them
-    (`is_updated[layer_idx]`). SDPA computes the attention unless the model is set to "eager"
-    (`attn_implementation="eager"`) or the weights are asked for (`output_attentions`), or at a CPU decoding
-    step over many rows (`is_decoding_step`), where two matrix products are faster.
-
-    Cross-attention keys of fewer rows than the queries belong to sentences whose consecutive decoder rows (beams)
-    share them (`TranslationEncoderOutput.rows_per_sentence`): each sentence's queries attend as one sequence over
-    its one copy of the keys, the same numbers at a fraction of the memory traffic.
+    Self-attention projects queries, keys and values with one matmul (`qkv_proj`) and caches keys
+    and values; cross-attention projects the encoder output's keys and values (`kv_proj`) once per
+    generation. SDPA computes it, but for "eager", `output_attentions` and CPU decoding steps over
+    many rows (`is_decoding_step`). Cross-attention keys of fewer rows than the queries are shared
+    by a sentence's consecutive rows (its beams): each sentence's queries attend as one sequence
+    over its one copy of the keys.
     """
 
     def __init__(self, config: TranslationTransformerConfig, num_heads: int, layer_idx: int, is_cross_attention: bool = False):
@@ -376,9 +359,7 @@ class MultiHeadAttention(nn.Module):
         return weights @ values, weights
 
 
-# ---------------------------------------------------------------------------------------------
-# 2. The layer interface
-# ---------------------------------------------------------------------------------------------
+# 2. The layer interface ---------------------------------------------------------------------------
 
 
 class LayerState(NamedTuple):
@@ -399,29 +380,22 @@ class LayerOutput(NamedTuple):
 
 
 class TranslationLayer(GradientCheckpointingLayer):
-    """The base of every encoder and decoder layer. Calls (tensors positional, so that any checkpoint
-    function, reentrant or not, sees them; everything else by keyword):
+    """The base of every encoder and decoder layer; tensors positional, for checkpoint functions:
 
         encoder layer:  layer(hidden_states, cell, attention_mask=..., output_attentions=...)
-                        -> LayerOutput(output, cell, self-attention weights)
         decoder layer:  layer(hidden_states, cell, encoder_hidden_states, attention_mask=..., encoder_attention_mask=...,
                               past_key_values=..., output_attentions=...)
-                        -> LayerOutput(output, cell, self-attention weights, cross-attention weights)
+        -> LayerOutput(output, cell, self-attention weights[, cross-attention weights])
 
-    `hidden_states` (B, T, d) is what enters the layer: the state's output from the layer below (o_{l-1}), or
-    what the stack's depth connection made of the layers below; `cell` is the depth-wise LSTM's c_{l-1} (None
-    for the residual members).
-
-    `initial_state(embeddings)` is the state entering the first layer. Under `model.activation_checkpointing_enable()`
-    transformers' `GradientCheckpointingLayer` recomputes the layer in the backward pass."""
+    `hidden_states` (B, T, d): what the depth connection made of the layers below (o_{l-1} by
+    default); `cell`: the depth-wise LSTM's c_{l-1}, None for the residual members. `initial_state`
+    is the state entering the first layer."""
 
     def initial_state(self, embeddings: torch.Tensor) -> LayerState:
         return LayerState(output=embeddings)
 
 
-# ---------------------------------------------------------------------------------------------
-# 3. Connections across a stack
-# ---------------------------------------------------------------------------------------------
+# 3. Connections across a stack --------------------------------------------------------------------
 
 
 class LayerCombination(nn.Module):
@@ -470,29 +444,24 @@ class TopEncoderLayer(nn.Module):
 
 @dataclass
 class TranslationEncoderOutput(BaseModelOutput):
-    """`BaseModelOutput` plus, for decoders that read every encoder layer (transparent attention),
-    `layer_outputs` (batch, source length, encoder_layers + 1, d_model): the embeddings, each layer's
-    output and the final output, i.e. `hidden_states` stacked. A top-level tensor, so `generate()`
-    expands it for beams like `last_hidden_state`. None for every other member.
-    `target_language` (batch,): each sentence's target language (`TargetLanguage.rows`) for a language-aware
-    model's decoder, expanded for beams the same way; None for other models.
-    `rows_per_sentence`: set by generate(), which keeps one copy of the encoder output per sentence for beam search
-    and gives it to that many consecutive decoder rows (the sentence's beams); None: one decoder row per sentence."""
+    """`BaseModelOutput` plus `layer_outputs` (B, S, encoder_layers + 1, d), `hidden_states`
+    stacked, for decoders that read every encoder layer (transparent attention); `target_language`
+    (B,), each sentence's, for a language-aware decoder; `rows_per_sentence`, set by generate() when
+    a sentence's consecutive decoder rows (its beams) share its one copy of the encoder output.
+    Tensors at the top level, so generate() expands them."""
 
     layer_outputs: torch.FloatTensor | None = None
     target_language: torch.LongTensor | None = None
     rows_per_sentence: int | None = None
 
 
-# ---------------------------------------------------------------------------------------------
-# 4. Stacks
-# ---------------------------------------------------------------------------------------------
+# 4. Stacks ----------------------------------------------------------------------------------------
 
 
 class TranslationStack(nn.Module):
-    """What both stacks are made of: embeddings, `num_layers` layers of `layer_class` joined by a
-    `depth_connection_class`, and a final LayerNorm. Each stack tells the model's `TargetLanguage` the sentences'
-    target languages before its layers run (a no-op unless the model is language-aware)."""
+    """Embeddings, `num_layers` layers of `layer_class` joined by a `depth_connection_class`, a
+    final LayerNorm. Each stack sets the model's `TargetLanguage` before its layers run (a no-op
+    unless it is language-aware)."""
 
     reads_target_language = True
 
@@ -507,14 +476,13 @@ class TranslationStack(nn.Module):
 
 
 class TranslationEncoder(TranslationStack):
-    """The encoder stack. `exports_layer_outputs`: also return every layer's output stacked (for
-    transparent attention). With `language_aware_transform` the output the decoder attends to is H W_t (LaLT;
-    `hidden_states[-1]` is H), and the output carries each sentence's `target_language` for the decoder."""
+    """The encoder stack. `exports_layer_outputs`: also return every layer's output stacked
+    (transparent attention). With LaLT the decoder attends to H W_t (`hidden_states[-1]` is H)."""
 
     def __init__(self, config: TranslationTransformerConfig, *, exports_layer_outputs: bool = False, **parts):
         super().__init__(config, config.encoder_layers, **parts)
         self.exports_layer_outputs = exports_layer_outputs
-        self.language_transform = LanguageAwareTransform(config) if config.language_aware_transform else nn.Identity()
+        self.language_transform = make_language_transform(config)
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None) -> TranslationEncoderOutput:
@@ -545,11 +513,10 @@ class TranslationEncoder(TranslationStack):
 
 
 class TranslationDecoder(TranslationStack):
-    """The decoder stack (layers with masked self-attention and cross-attention). With a cache only the new
-    positions are computed: the depth-wise state is per position, so the attention KV cache is all that
-    carries over between steps. `encoder_hidden_states` is what `cross_attention_source` (built by the model, registered here so
-    that its weights keep their checkpoint names) reads: the encoder output (B, S, d), or for transparent
-    attention every encoder layer's output (B, S, L_enc+1, d)."""
+    """The decoder stack. With a cache only the new positions are computed (the depth-wise state is
+    per position). `encoder_hidden_states`: what `cross_attention_source` (built by the model,
+    registered here for its checkpoint names) reads: the encoder output (B, S, d), or every encoder
+    layer's output (B, S, L_enc+1, d)."""
 
     def __init__(self, config: TranslationTransformerConfig, *, cross_attention_source: nn.Module, **parts):
         super().__init__(config, config.decoder_layers, **parts)
@@ -563,14 +530,11 @@ class TranslationDecoder(TranslationStack):
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states` (the encoder's output).")
-        if target_language is not None and rows_per_sentence > 1:
-            target_language = target_language.repeat_interleave(rows_per_sentence)
-        self.target_language.use(target_language)  # (B,) rows, one per decoder row: LaLN's in every layer
+        self.target_language.use(target_language, rows_per_sentence)  # LaLN's in every layer
         past_key_values = cache_argument(past_key_values, cache)
         if self.training and torch.is_grad_enabled() and any(getattr(layer, "gradient_checkpointing", False) for layer in self.layers):
-            # A checkpointed layer runs again in the backward pass and would write its keys and values into the
-            # cache twice. GradientCheckpointingLayer drops the cache only under its own version's keyword, so the
-            # decoder does it, as transformers' models turn `use_cache` off under gradient checkpointing.
+            # A checkpointed layer runs again in the backward pass and would write the cache
+            # twice (GradientCheckpointingLayer drops it under its own version's keyword only).
             if use_cache or past_key_values is not None:
                 logger.warning_once("Caching is incompatible with gradient checkpointing: the decoder runs without a cache.")
             use_cache, past_key_values = False, None
@@ -616,17 +580,14 @@ class TranslationDecoder(TranslationStack):
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# 5. Hugging Face models
-# ---------------------------------------------------------------------------------------------
+# 5. Hugging Face models ---------------------------------------------------------------------------
 
 
 class TranslationTransformerPreTrainedModel(LoraReachCheck, PreTrainedModel):
-    """Initialisation as in the papers' toolkits (docs/members.md): Xavier-uniform projections with zero
-    biases, embeddings N(0, d_model^-1/2), LayerNorm weight 1 and bias 0. Any other module with
-    parameters or buffers to set defines `init_parameters()` (under no_grad, with `transformers.initialization`
-    functions, which skip weights loaded from a checkpoint). LoRA adapters are checked as PEFT attaches them
-    (`lora.LoraReachCheck`)."""
+    """Initialisation as in the papers' toolkits: Xavier-uniform projections with zero biases,
+    embeddings N(0, d_model^-1/2), LayerNorm 1 and 0; another module with parameters or buffers
+    defines `init_parameters()` (with `transformers.initialization`, which skips loaded weights).
+    LoRA adapters are checked as PEFT attaches them."""
 
     config_class = TranslationTransformerConfig
     base_model_prefix = "model"
@@ -653,19 +614,16 @@ class TranslationTransformerPreTrainedModel(LoraReachCheck, PreTrainedModel):
             module.init_parameters()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Also name the translation pipeline (transformers 5 dropped the task) in `config.json`'s
-        `custom_pipelines`, so that `pipeline("translation", model=save_directory, trust_remote_code=True)` works
-        anywhere: its file, pipeline_translation.py, is written with the model's code, whether this model came from
-        the package or from remote code. A vocabulary shortlist (`shortlist`) is written beside the weights
-        (`shortlist.safetensors`), first, so that a push to the Hub carries it; without one, a shortlist already in the
-        folder (another model's) is deleted. An int8-prepared model is refused
-        before anything is written: its int8 weights would load back as floats, silently wrong."""
-        # Imported here so that loading a model does not import transformers.pipelines (seconds). transformers reads
-        # relative imports from the source text, this one included, so the file still travels with the model code:
-        # into the remote-code cache when the model is loaded, and beside the weights whenever it is saved.
+        """Also name the translation pipeline in `config.json`'s `custom_pipelines` (transformers 5
+        dropped the task), so that `pipeline("translation", model=save_directory,
+        trust_remote_code=True)` works anywhere, and write the vocabulary shortlist beside the
+        weights first (a push carries it) or delete another model's. An int8-prepared model is
+        refused before anything is written: it would load back silently wrong."""
+        # Imported here: loading a model need not import transformers.pipelines (seconds). The
+        # file still travels with the model code (transformers reads imports from the source).
         from .pipeline_translation import translation_pipeline_entries
 
-        if any(is_quantized(module) for module in linear_modules(self)):
+        if has_quantized_projections(self):
             raise ValueError("This model was quantised to int8 for inference (precision.prepare_for_inference) and "
                              "cannot be saved: save the float32 model, and prepare it again after loading.")
         others = {task: entry for task, entry in (getattr(self.config, "custom_pipelines", None) or {}).items()
@@ -677,8 +635,7 @@ class TranslationTransformerPreTrainedModel(LoraReachCheck, PreTrainedModel):
             self.shortlist.save(shortlist_path)
         elif os.path.isfile(shortlist_path) and kwargs.get("is_main_process", True):
             os.remove(shortlist_path)  # another model's: it would be loaded with this one
-        # FSDP2 (`fully_shard`) gives a sharded model a subclass defined in torch: the code saved beside the weights
-        # and config.json's auto_map must name this family's class, not torch's files.
+        # FSDP2 (`fully_shard`) gives a sharded model a subclass defined in torch: save ours instead.
         sharded_class = type(self)
         self.__class__ = next(cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch."))
         try:
@@ -688,12 +645,10 @@ class TranslationTransformerPreTrainedModel(LoraReachCheck, PreTrainedModel):
 
 
 class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
-    """The bare encoder-decoder: token ids in, the decoder's last hidden states out.
-
-    A member names its parts: `encoder_layer_class` / `decoder_layer_class` (or `layer_classes(config)`
-    when an option picks them), and, where it changes them, `depth_connection_class` (how a stack
-    feeds each layer from the earlier ones) and `cross_attention_source_class` (what each decoder layer
-    attends over). The model builds the cross-attention source and tells the encoder what to return for it."""
+    """The bare encoder-decoder: token ids in, the decoder's last hidden states out. A member names
+    its parts: `encoder_layer_class` / `decoder_layer_class` (or `layer_classes(config)`), and where
+    it changes them `depth_connection_class` (how a stack feeds each layer) and
+    `cross_attention_source_class` (what each decoder layer attends over)."""
 
     encoder_layer_class: type | None = None
     decoder_layer_class: type | None = None
@@ -712,7 +667,7 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
         super().__init__(config)
         encoder_layer_class, decoder_layer_class = self.layer_classes(config)
         self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.target_language = TargetLanguage(config) if config.language_aware else NoTargetLanguage()
+        self.target_language = make_target_language(config)
         shared_modules = SharedModules()  # lets share_gates="global" reach across both stacks
         cross_attention_source = self.cross_attention_source_class(config)
         self.encoder = TranslationEncoder(
@@ -724,12 +679,9 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
             config, token_embedding=self.shared, shared_modules=shared_modules, layer_class=decoder_layer_class,
             depth_connection_class=self.depth_connection_class, cross_attention_source=cross_attention_source,
         )
-        for module in self.modules():  # the stacks and the language-aware parts read one TargetLanguage
-            if getattr(module, "reads_target_language", False):
-                attach_shared(module, "target_language", self.target_language, owned=False)
-        # The layer classes this config builds, not every class a member may build: accelerate's FSDP wraps each
-        # class named here and refuses one the model lacks. Declared here only: post_init() gives a model that
-        # holds this one (`...ForConditionalGeneration`) its children's.
+        self.target_language.share_with(self)
+        # The layer classes this config builds: accelerate's FSDP wraps each class named here and
+        # refuses one the model lacks. post_init() gives a model holding this one its children's.
         self._no_split_modules = sorted({encoder_layer_class.__name__, decoder_layer_class.__name__})
         self.post_init()
 
@@ -787,16 +739,11 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
 
 
 class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTrainedModel, GenerationMixin):
-    """The translation model: `base_model_class` plus the output projection (tied to the embeddings) and the
-    label-smoothed cross-entropy of the papers (smoothing `config.label_smoothing`, padding ignored).
-
-    `generate()` decodes greedy and beam search with `generation_translation`'s loop (transformers' own with
-    `lean_decoding=False`, and wherever an option needs it), optionally restricted to the model's vocabulary
-    shortlist (`shortlist`, a `generation_translation.Shortlist` saved beside the weights; `use_shortlist=True`).
-
-    A training step (train mode, labels, gradients on) computes the loss fused with the output projection
-    (`loss.py`): the (batch, length, vocabulary) logits are never materialised and the output's `logits` is
-    None. Evaluation, `generate()` and `torch.no_grad()` calls return the logits as usual."""
+    """The translation model: `base_model_class`, the output projection (tied to the embeddings) and
+    the papers' label-smoothed cross-entropy. `generate()` runs `generation_translation`'s loop,
+    optionally over the vocabulary `shortlist` saved beside the weights (`use_shortlist=True`). A
+    training step computes the loss fused with the output projection (`loss.py`) and returns no
+    `logits`; other calls return them as usual."""
 
     base_model_class: type = TranslationTransformerModel
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
@@ -867,18 +814,17 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
 
     @staticmethod
     def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.Tensor) -> EncoderDecoderCache:
-        """Beam search: follow the surviving beams in the self-attention cache only. The cross-attention
-        keys/values are the same for every beam of a sentence and beams never move between sentences, so
-        the default (reordering both caches) copies them every step for nothing."""
+        """Beam search: reorder the self-attention cache only; a sentence's beams share its
+        cross-attention keys and values, and beams never move between sentences."""
         past_key_values.self_attention_cache.reorder_cache(beam_idx)
         return past_key_values
 
     def _expand_inputs_for_generation(self, expand_size: int = 1, is_encoder_decoder: bool = False, input_ids=None,
                                       **model_kwargs):
-        """generate()'s copies of each sentence's inputs for its beams (or returned sequences), but for the encoder
-        output and its mask: those stay one per sentence, marked `rows_per_sentence`, and the cross-attention
-        computes each sentence's keys and values once for all its beams instead of once per beam. Where the encoder
-        output is asked for (attentions or hidden states), or is not this package's, every input is copied."""
+        """generate()'s copies of each sentence's inputs for its beams, but for the encoder output
+        and its mask: one per sentence, marked `rows_per_sentence`, so that cross-attention computes
+        their keys and values once. Where the encoder's attentions or hidden states are asked for,
+        or the output is not ours, everything is copied."""
         encoder_outputs = model_kwargs.get("encoder_outputs")
         if (expand_size == 1 or not isinstance(encoder_outputs, TranslationEncoderOutput)
                 or encoder_outputs.attentions is not None or encoder_outputs.hidden_states is not None):
@@ -893,9 +839,9 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     def generate(self, inputs=None, **kwargs):
-        """`GenerationMixin.generate`, refusing sources without a single token: decoding them would only
-        produce a hallucination (a model has nothing to translate). The translation pipeline and
-        `evaluate_translation.py` give an empty source the empty translation without calling this."""
+        """`GenerationMixin.generate`, refusing sources without a single token (their translation
+        would be a hallucination); the pipeline and `evaluate_translation.py` give them the empty
+        translation."""
         input_ids = kwargs.get("input_ids", inputs)
         attention_mask = kwargs.get("attention_mask")
         if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and kwargs.get("encoder_outputs") is None:
@@ -915,9 +861,9 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         return translation_generate(self, inputs, **kwargs)
 
     def mask_from_padding(self, input_ids: torch.Tensor) -> torch.Tensor | None:
-        """The attention mask of padded sources given without one: transformers 5 no longer derives it from the pad id
-        for encoder-decoder models, so the padded sentences of a batch would attend to their padding and translate
-        differently than alone. None when nothing is padded (or the pad id is the end-of-sentence id)."""
+        """The attention mask of padded sources given without one (transformers 5 no longer derives
+        it), so that a padded sentence translates as alone. None when nothing is padded or the pad
+        id is the end-of-sentence id."""
         pad, eos = self.config.pad_token_id, self.config.eos_token_id
         if pad is None or pad == eos or not bool((input_ids == pad).any()):
             return None

@@ -46,24 +46,20 @@ logger = logging.getLogger(__name__)
 
 
 class TranslationPipeline(Pipeline):
-    """Translate text with a sequence-to-sequence model, as transformers 4's `TranslationPipeline` did.
+    """Translate text with a sequence-to-sequence model, as transformers 4's pipeline did.
 
-    `translator("text")` gives `[{"translation_text": ...}]`; a list of texts gives one such list per
-    text, flattened to one dict per text when each has a single translation. Generation kwargs
-    (`num_beams`, `max_new_tokens`, `num_return_sequences`, ...) go to `generate()`. The target language
-    comes from `tgt_lang` or from a task name like `translation_en_to_de`; when the tokenizer has a tag
-    `<2xx>` for it, the tag is put in front of the source (multilingual models). `src_lang` matters only
-    for tokenizers that set language codes themselves (mBART, M2M100, NLLB), as in transformers 4, and for
-    checking a multilingual model's direction.
+    `translator("text")` gives `[{"translation_text": ...}]` (one per text for a list); generation
+    kwargs go to `generate()`. The target language comes from `tgt_lang` or a task name like
+    `translation_en_to_de`; where the tokenizer has a tag `<2xx>` for it, the tag goes in front of
+    the source. `src_lang` matters for tokenizers that set language codes themselves (mBART, M2M100,
+    NLLB) and for checking a multilingual model's direction.
 
-    A multilingual model (its tokenizer reserves `<2xx>` tags, its config's `language_pairs` name several
-    target languages) needs a target language (a many-to-one model's one target is taken when none is given;
-    a model with tags and no `language_pairs` refuses to guess), and refuses with a
-    `ValueError` naming its languages and trained directions a target without a tag or a source outside its
-    languages; directions between two of its languages it was not trained on (zero-shot) are allowed. One
-    call may mix directions: give inputs as `{"text": ..., "tgt_lang": ..., "src_lang": ...}` dicts. Any other
-    model whose config names its `language_pairs` refuses a direction outside them, naming them. A task that
-    names a direction (`translation_de_to_fr`) is checked when the pipeline is created.
+    A multilingual model needs a target language (a many-to-one model's one target is taken) and
+    refuses, naming its languages, a target without a tag or a source outside its languages;
+    zero-shot directions between two of them are allowed, and one call may mix directions (inputs as
+    `{"text": ..., "tgt_lang": ..., "src_lang": ...}`). Any model whose config names
+    `language_pairs` refuses a direction outside them, a task's direction (`translation_de_to_fr`)
+    as the pipeline is created.
     """
 
     _pipeline_calls_generate = True

@@ -34,6 +34,7 @@ from nmt_toolkit.lab.speed import (
     generate_forced,
     inference_copy,
     int8_gemm_share,
+    interleaved_times,
     kept_report,
     kept_reports,
     random_batch,
@@ -438,6 +439,15 @@ def test_compile_decoding_compiles_the_familys_decoding_and_not_marians(monkeypa
     ours = [options for model_type, options in calls if model_type != "marian"]
     assert len(marian) == 4 and all(options == {} for options in marian)
     assert len(ours) == 8 and all(options.get("compile_decoding") is True for options in ours)
+
+
+def test_interleaved_times_rotate_the_order_and_log_each_repetition():
+    order, lines = [], []
+    tasks = {("a", "x"): lambda: order.append("a"), ("b", "y"): lambda: order.append("b")}
+    times = interleaved_times(tasks, 3, "cpu", log=lines.append)
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    assert [len(values) for values in times.values()] == [3, 3]
+    assert len(lines) == 3 and lines[1].startswith("# repeat 2: a x ") and ", b y " in lines[1]
 
 
 KEPT_RECORD_VERDICTS = {  # each target's verdict column, in order, as the record says it

@@ -100,13 +100,7 @@ def main():
             tasks[member, variant]()  # warm-up (compiles)
             print(f"# {member} {variant}: first step {time.perf_counter() - started:.1f} s", flush=True)
             flops[member] = training_flops(build_model(member, "base"), len(batch["input_ids"]), length, length)
-    times = {key: [] for key in tasks}
-    for repeat in range(args.repeats):  # interleaved, the order rotated; each repeat printed as it ends
-        keys = list(tasks)[repeat % len(tasks):] + list(tasks)[:repeat % len(tasks)]
-        for key, (seconds,) in interleaved_times({key: tasks[key] for key in keys}, 1, "cpu").items():
-            times[key].append(seconds)
-        print(f"# repeat {repeat + 1}: " + ", ".join(f"{' '.join(key)} {values[-1]:.2f} s" for key, values in times.items()),
-              flush=True)
+    times = interleaved_times(tasks, args.repeats, "cpu", log=lambda line: print(line, flush=True))
     settings = BenchmarkSettings(threads=args.threads)
     rates = step_matmul_rates("base", settings)
     peak = matmul_peak_flops("cpu", torch.float32)

@@ -48,13 +48,7 @@ def main():
                     lambda m=prepared, b=beams: generate_forced(m, source, b, 24, "cpu"))
     for task in tasks.values():  # warm-up
         task()
-    times = {key: [] for key in tasks}
-    for repeat in range(args.repeats):  # interleaved, the order rotated; each repeat printed as it ends
-        keys = list(tasks)[repeat % len(tasks):] + list(tasks)[:repeat % len(tasks)]
-        for key, (seconds,) in interleaved_times({key: tasks[key] for key in keys}, 1, "cpu").items():
-            times[key].append(seconds)
-        print(f"# repeat {repeat + 1}: " + ", ".join(f"{' '.join(key)} {values[-1]:.2f} s" for key, values in times.items()),
-              flush=True)
+    times = interleaved_times(tasks, args.repeats, "cpu", log=lambda line: print(line, flush=True))
     print(f"{'member':18} {'search':7} {'precision':14} {'median s':>9} {'min s':>7} {'x float32':>9}")
     for (member, search, precision), values in times.items():
         base = statistics.median(times[member, search, "float32"])
