@@ -132,6 +132,8 @@ def encode_sources(tokenizer, sources: Sequence[str], language_tags: str | Seque
                    ) -> list[list[int]]:
     """The token ids of `sources`, each with the `<2xx>` tag of its target language in front (`language_tags`: one
     language for all, one per source, or None for no tag); a source that starts with its tag keeps one."""
+    if not sources:  # an empty file: the tokenizer refuses an empty batch
+        return []
     encoded = tokenizer(list(sources), add_special_tokens=True)["input_ids"]
     if language_tags is None or isinstance(language_tags, str):
         language_tags = [language_tags] * len(encoded)
