@@ -466,3 +466,14 @@ def test_an_empty_input_translates_to_an_empty_output(models, tmp_path):
     assert not list(tmp_path.glob(".out.de*")), "no journal left"
     model, tokenizer = load_saved_model(models["bilingual"]), AutoTokenizer.from_pretrained(models["bilingual"])
     assert translate_sentences(model, tokenizer, [], num_beams=1).hypotheses == []
+
+
+@pytest.mark.parametrize("settings", [{"num_beams": 1}, {"num_beams": 2}, {"do_sample": True},
+                                      {"num_beams": 2, "return_dict_in_generate": True, "output_scores": True}])
+def test_generate_on_an_empty_batch_gives_no_sequences(models, settings):
+    model = load_saved_model(models["bilingual"])
+    ids = AutoTokenizer.from_pretrained(models["bilingual"])(["a man ."], return_tensors="pt")
+    output = model.generate(input_ids=ids["input_ids"][:0], attention_mask=ids["attention_mask"][:0],
+                            max_new_tokens=3, **settings)
+    sequences = output.sequences if settings.get("return_dict_in_generate") else output
+    assert sequences.shape == (0, 1) and sequences.dtype == torch.long
