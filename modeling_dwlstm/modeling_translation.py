@@ -27,6 +27,7 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerateEncoderDecoderOutput
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -845,6 +846,12 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         input_ids = kwargs.get("input_ids", inputs)
         attention_mask = kwargs.get("attention_mask")
         if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and kwargs.get("encoder_outputs") is None:
+            if input_ids.shape[0] == 0:  # an empty batch: no sentence to decode (transformers' loops reduce over it)
+                start = self.generation_config.decoder_start_token_id
+                sequences = input_ids.new_full((0, 1), self.config.pad_token_id if start is None else start)
+                config = kwargs.get("generation_config") or self.generation_config
+                as_dict = kwargs.get("return_dict_in_generate", config.return_dict_in_generate)
+                return GenerateEncoderDecoderOutput(sequences=sequences) if as_dict else sequences
             if attention_mask is None:
                 attention_mask = kwargs["attention_mask"] = self.mask_from_padding(input_ids)
             lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full(input_ids.shape[:1], input_ids.shape[1])

@@ -91,6 +91,12 @@ class TranslationPipeline(Pipeline):
         """
         if inputs is None:
             raise ValueError("The translation pipeline needs a text or a list of texts, got None.")
+        if isinstance(inputs, tuple):  # the tokenizer would read a tuple as one pre-tokenized text
+            inputs = list(inputs)
+        if not isinstance(inputs, (str, dict, list, Iterable)) or isinstance(inputs, (bytes, bytearray)):
+            raise ValueError(f"The translation pipeline translates a string, a list of strings (or of "
+                             f"{{'text': ..., 'tgt_lang': ...}} dicts) or an iterable of them; got a "
+                             f"{type(inputs).__name__}.")
         if not isinstance(inputs, (str, dict, list)):  # generators, datasets: streamed by the base class as is
             return super().__call__(inputs, **kwargs)
         items = [inputs] if isinstance(inputs, (str, dict)) else inputs
@@ -165,6 +171,10 @@ class TranslationPipeline(Pipeline):
         inputs = self.tokenizer(text, truncation=truncation, return_tensors="pt")
         inputs.pop("token_type_ids", None)
         tag_id = self._language_tag_id(tgt_lang)
+        first = self.tokenizer.convert_ids_to_tokens(int(inputs["input_ids"][0, 0])) if inputs["input_ids"].numel() else ""
+        if tag_id is not None and LANGUAGE_TAG.fullmatch(first or "") and first != f"<2{tgt_lang}>":
+            raise ValueError(f"The text starts with the tag {first} but tgt_lang is {tgt_lang!r}: take the tag out of "
+                             "the text (tgt_lang puts its own in front).")
         if tag_id is not None and inputs["input_ids"][0, 0] != tag_id:  # not when the text starts with the tag
             inputs["input_ids"] = torch.cat([torch.tensor([[tag_id]]), inputs["input_ids"]], dim=1)
             inputs["attention_mask"] = torch.cat([torch.ones(1, 1, dtype=torch.long), inputs["attention_mask"]], dim=1)

@@ -1028,3 +1028,17 @@ def test_hand_edited_presets_are_not_overwritten(tmp_path):
         write_hub_configs(tmp_path)
     assert '"dropout": 0.3' in preset.read_text()
     assert write_hub_configs(tmp_path, overwrite=True) == written and '"dropout": 0.1' in preset.read_text()
+
+
+def test_building_a_shortlist_again_replaces_the_old_one_only_when_asked(models, tmp_path):
+    model = Path(shutil.copytree(models["bilingual"], tmp_path / "model"))
+    flags = ["--model", model, "--data", MULTI30K, "--source_lang", "en", "--target_lang", "de", "--max_pairs", "20",
+             "--min_count", "1"]
+    run_script("build_shortlist", *flags)
+    first = (model / SHORTLIST_FILE).read_bytes()
+    code, stderr = run_as_main("build_shortlist", *flags, "--top_k", "3")
+    assert code == 1 and stderr == (f"error: {model / SHORTLIST_FILE} exists: pass --overwrite to replace it, or "
+                                    "--output_dir to write the new shortlist elsewhere.\n")
+    assert (model / SHORTLIST_FILE).read_bytes() == first
+    run_script("build_shortlist", *flags, "--top_k", "3", "--overwrite")
+    assert (model / SHORTLIST_FILE).read_bytes() != first and verify_checksums(model, required=True)

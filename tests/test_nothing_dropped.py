@@ -23,6 +23,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 from modeling_dwlstm import DwLstmConfig, HighwayTransformerConfig, modeling_translation
 from modeling_dwlstm.tokenization_dwlstm import normalizes_unicode, tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit.checkpoints import load_saved_model, record_saved_folder
+from nmt_toolkit.commands import translate as translate_command
 from nmt_toolkit.data import load_parallel_corpus
 from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, score_translations, translate_sentences
 from nmt_toolkit.files import read_lines, split_lines, write_checksums
@@ -455,3 +456,24 @@ def test_the_pipeline_warns_about_decomposed_text_with_a_tokenizer_saved_before_
     with caplog.at_level(logging.WARNING, logger="modeling_dwlstm.pipeline_translation"):
         new(nfd(german))  # composed by the tokenizer itself
     assert "not in Unicode NFC" not in caplog.text
+
+
+def test_an_empty_input_translates_to_an_empty_output(models, tmp_path):
+    (tmp_path / "empty.en").write_text("")
+    summary = translate_command.main(["--model", str(models["bilingual"]), "--input", str(tmp_path / "empty.en"),
+                                      "--output", str(tmp_path / "out.de"), "--num_beams", "1"])
+    assert summary["lines"] == 0 and (tmp_path / "out.de").read_text() == ""
+    assert not list(tmp_path.glob(".out.de*")), "no journal left"
+    model, tokenizer = load_saved_model(models["bilingual"]), AutoTokenizer.from_pretrained(models["bilingual"])
+    assert translate_sentences(model, tokenizer, [], num_beams=1).hypotheses == []
+
+
+@pytest.mark.parametrize("settings", [{"num_beams": 1}, {"num_beams": 2}, {"do_sample": True},
+                                      {"num_beams": 2, "return_dict_in_generate": True, "output_scores": True}])
+def test_generate_on_an_empty_batch_gives_no_sequences(models, settings):
+    model = load_saved_model(models["bilingual"])
+    ids = AutoTokenizer.from_pretrained(models["bilingual"])(["a man ."], return_tensors="pt")
+    output = model.generate(input_ids=ids["input_ids"][:0], attention_mask=ids["attention_mask"][:0],
+                            max_new_tokens=3, **settings)
+    sequences = output.sequences if settings.get("return_dict_in_generate") else output
+    assert sequences.shape == (0, 1) and sequences.dtype == torch.long

@@ -987,3 +987,25 @@ def test_generate_refuses_a_shortlist_of_another_direction_than_the_call_transla
                                          r"sources\) to en-de's words"):
         translator("a man .", src_lang="en", tgt_lang="fr")
     assert translator("a man .", src_lang="en", tgt_lang="de")[0]["translation_text"] is not None
+
+
+def test_the_pipeline_refuses_what_is_not_text_and_a_tag_of_another_target(models, tmp_path):
+    bilingual = pipeline("translation", model=AutoModelForSeq2SeqLM.from_pretrained(models["bilingual"]),
+                         tokenizer=AutoTokenizer.from_pretrained(models["bilingual"]), num_beams=1, max_new_tokens=2)
+    for value, name in ((5, "int"), (b"a man .", "bytes")):
+        with pytest.raises(ValueError, match=f"^The translation pipeline translates a string, .*; got a {name}.$"):
+            bilingual(value)
+    assert bilingual(("a man .", "two dogs .")) == bilingual(["a man .", "two dogs ."])  # a tuple is a list
+
+    multilingual = pipeline("translation", model=AutoModelForSeq2SeqLM.from_pretrained(models["multilingual"]),
+                            tokenizer=AutoTokenizer.from_pretrained(models["multilingual"]), num_beams=1,
+                            max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"^The text starts with the tag <2fr> but tgt_lang is 'de': take the tag"):
+        multilingual("<2fr> a man .", tgt_lang="de")
+    assert multilingual("<2de> a man .", tgt_lang="de") == multilingual("a man .", tgt_lang="de")
+    (tmp_path / "in.jsonl").write_text('{"text": "a man .", "tgt_lang": "de"}\n'
+                                       '{"text": "<2fr> a man .", "tgt_lang": "de"}\n')
+    code, stderr = run_as_main("translate", "--model", models["multilingual"], "--input", tmp_path / "in.jsonl",
+                               "--json_lines", "--output", tmp_path / "out.txt")
+    assert (code, stderr) == (1, "error: Source 2 starts with the tag <2fr> but is to be translated into de: take "
+                                 "the tag out of the text (the target language puts its own in front).\n")
