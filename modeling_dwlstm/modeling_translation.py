@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, StaticLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -256,6 +256,15 @@ def fold_rows(query: torch.Tensor, rows_per_sentence: int) -> torch.Tensor:
     return query.unflatten(0, (-1, rows_per_sentence)).transpose(1, 2).flatten(2, 3)
 
 
+def fit_static_layer(cache: Cache, layer_idx: int, rows: int) -> None:
+    """transformers 5.4 to 5.12 keep a static cache from one generate() call to the next where the decoder has as
+    many rows (5.24 builds a new one each call); the cross-attention's rows may differ (one per sentence where the
+    beams share its keys, one per beam where not): a static layer of another number is allocated again."""
+    layer = cache.layers[layer_idx] if layer_idx < len(cache.layers) else None
+    if isinstance(layer, StaticLayer) and layer.is_initialized and layer.keys.shape[0] != rows:
+        layer.is_initialized = False  # its next update allocates it for `rows`
+
+
 def unfold_rows(states: torch.Tensor, rows_per_sentence: int) -> torch.Tensor:
     """The inverse of `fold_rows`: (sentences, H, g * Tq, e) -> (sentences * g, H, Tq, e)."""
     return states.unflatten(2, (rows_per_sentence, -1)).transpose(1, 2).flatten(0, 1)
@@ -337,6 +346,7 @@ class MultiHeadAttention(nn.Module):
             return cached.keys, cached.values
         keys, values = self.split_heads(self.kv_proj(encoder_output), 2)  # (B, H, S, d/H) each
         if cache is not None:
+            fit_static_layer(cache.cross_attention_cache, self.layer_idx, keys.shape[0])
             keys, values = cache.cross_attention_cache.update(keys, values, self.layer_idx)
             cache.is_updated[self.layer_idx] = True
         return keys, values
@@ -879,6 +889,11 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         output and its mask: those stay one per sentence, marked `rows_per_sentence`, and the cross-attention
         computes each sentence's keys and values once for all its beams instead of once per beam. Where the encoder
         output is asked for (attentions or hidden states), or is not this package's, every input is copied."""
+        # A private hook, kept: generate() copies every tensor of `encoder_outputs` here, before `custom_generate`
+        # sees them, so undoing it in lean_search would still make and hold the (rows x beams) copy through the
+        # decode, and transformers' loop (the fallback) would lose the sharing. It is a static method up to 5.12 and
+        # a method in 5.24: super() calls either. If a release stops calling it, the beams read copies (the same
+        # tokens) and the decoding suite's test of the cross-attention's rows fails in the version matrix.
         encoder_outputs = model_kwargs.get("encoder_outputs")
         if (expand_size == 1 or not isinstance(encoder_outputs, TranslationEncoderOutput)
                 or encoder_outputs.attentions is not None or encoder_outputs.hidden_states is not None):
