@@ -38,7 +38,14 @@ from transformers.modeling_outputs import (
 from transformers.utils import logging
 
 from .configuration_translation import TranslationTransformerConfig
-from .generation_translation import DECODING_OPTIONS, SHORTLIST_FILE, Shortlist, load_shortlist, translation_generate
+from .generation_translation import (
+    DECODING_OPTIONS,
+    SHORTLIST_FILE,
+    Shortlist,
+    fit_static_layer,
+    load_shortlist,
+    translation_generate,
+)
 from .language_aware import make_language_transform, make_layer_norm, make_target_language
 from .lora import LoraReachCheck
 from .loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
@@ -321,6 +328,7 @@ class MultiHeadAttention(nn.Module):
             return cached.keys, cached.values
         keys, values = self.split_heads(self.kv_proj(encoder_output), 2)  # (B, H, S, d/H) each
         if cache is not None:
+            fit_static_layer(cache.cross_attention_cache, self.layer_idx, keys.shape[0])
             keys, values = cache.cross_attention_cache.update(keys, values, self.layer_idx)
             cache.is_updated[self.layer_idx] = True
         return keys, values
@@ -826,6 +834,11 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         and its mask: one per sentence, marked `rows_per_sentence`, so that cross-attention computes
         their keys and values once. Where the encoder's attentions or hidden states are asked for,
         or the output is not ours, everything is copied."""
+        # A private hook, kept: generate() copies every tensor of `encoder_outputs` here, before
+        # `custom_generate` sees them, so undoing it in our loop would still make the (rows x beams)
+        # copy, and transformers' loop would lose the sharing. A static method up to 5.12, a method
+        # in 5.24: super() calls either. If a release stops calling it, the beams read copies (the
+        # same tokens) and the decoding suite's test of the cross-attention's rows fails.
         encoder_outputs = model_kwargs.get("encoder_outputs")
         if (expand_size == 1 or not isinstance(encoder_outputs, TranslationEncoderOutput)
                 or encoder_outputs.attentions is not None or encoder_outputs.hidden_states is not None):

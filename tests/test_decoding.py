@@ -17,14 +17,18 @@ from torch._inductor import cpp_builder
 from transformers import (
     AutoModelForSeq2SeqLM,
     CompileConfig,
-    GenerationMixin,
     LogitsProcessor,
     LogitsProcessorList,
     TextStreamer,
 )
 
 from modeling_dwlstm import generation_translation, modeling_translation
-from modeling_dwlstm.generation_translation import SHORTLIST_FILE, Shortlist, ShortlistLogitsMask
+from modeling_dwlstm.generation_translation import (
+    OUTPUT_CACHE_FIELD,
+    SHORTLIST_FILE,
+    Shortlist,
+    ShortlistLogitsMask,
+)
 from modeling_dwlstm.modeling_translation import TranslationTransformerForConditionalGeneration, decoding_step_attention
 from modeling_dwlstm.precision import output_rows, prepare_for_inference, quantize_int8
 
@@ -226,8 +230,9 @@ def test_decoding_steps_over_many_rows_use_the_matrix_products_and_decode_the_sa
 def beams_with_copies(monkeypatch):
     """generate() as transformers expands inputs: a copy of each sentence's encoder output for every beam."""
     def expand_all(model, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
-        return GenerationMixin._expand_inputs_for_generation(model, expand_size, is_encoder_decoder, input_ids,
-                                                             **model_kwargs)
+        # transformers' own, through super() as the model calls it (a static method up to 5.12, a method in 5.24)
+        parent = super(TranslationTransformerForConditionalGeneration, model)
+        return parent._expand_inputs_for_generation(expand_size, is_encoder_decoder, input_ids, **model_kwargs)
     return lambda: monkeypatch.setattr(TranslationTransformerForConditionalGeneration, "_expand_inputs_for_generation",
                                        expand_all)
 
@@ -246,16 +251,29 @@ def test_beams_share_one_copy_of_their_sentences_encoder_output(case, cache_impl
         model, sources = eos_prone(tiny_model(case)), SOURCES
     settings = dict(input_ids=sources, attention_mask=MASK, num_beams=3, max_new_tokens=7, return_dict_in_generate=True,
                     output_scores=True, cache_implementation=cache_implementation)
+    def cross_rows(output):  # read at once: transformers 5.4 to 5.12 reuse a static cache in the next call
+        return [layer.keys.shape[0] for layer in getattr(output, OUTPUT_CACHE_FIELD).cross_attention_cache.layers]
+
     shared = model.generate(**settings)
+    assert cross_rows(shared) == [3] * model.config.decoder_layers  # 3 sentences, not 9 beams
     beams_with_copies()
     copies = model.generate(**settings)
+    assert cross_rows(copies) == [9] * model.config.decoder_layers
     assert torch.equal(shared.sequences, copies.sequences)
     torch.testing.assert_close(shared.sequences_scores, copies.sequences_scores)
     for ours, theirs in zip(shared.scores, copies.scores, strict=True):
         torch.testing.assert_close(ours, theirs)
-    cross_keys = [layer.keys.shape[0] for layer in shared.cache.cross_attention_cache.layers]
-    assert cross_keys == [3] * model.config.decoder_layers  # 3 sentences, not 9 beams
-    assert [layer.keys.shape[0] for layer in copies.cache.cross_attention_cache.layers] == [9] * model.config.decoder_layers
+
+
+def test_a_static_cache_kept_between_calls_serves_shared_and_copied_encoder_outputs():
+    """transformers 5.4 to 5.12 reuse a static cache in the next generate() call: its cross-attention rows (one per
+    sentence with shared beams, one per beam with copies) follow the call."""
+    model = tiny_model("dwlstm")
+    settings = dict(input_ids=SOURCES, attention_mask=MASK, num_beams=3, max_new_tokens=5, cache_implementation="static")
+    fresh = tiny_model("dwlstm").generate(**settings)
+    for extra in ({}, {"output_attentions": True, "return_dict_in_generate": True}, {}):  # shared, copies, shared
+        output = model.generate(**settings, **extra)
+        assert torch.equal(output if not extra else output.sequences, fresh)
 
 
 def test_a_decoder_batch_that_is_not_the_sentences_beams_is_refused():
