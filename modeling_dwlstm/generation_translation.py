@@ -231,11 +231,43 @@ def lean_refusal(generation_config: GenerationConfig, kwargs: dict) -> str | Non
 STATIC_CACHE_COUNTS_POSITIONS = hasattr(StaticLayer(1), "cumulative_length")
 
 
+def check_sources(model, inputs, kwargs: dict):
+    """Refuse sources without a single token (their translation would be a hallucination; the pipeline and
+    the evaluation give them the empty translation), derive the mask of padded sources, and return the output
+    of an empty batch (no sentence to decode; transformers' loops reduce over it), else None."""
+    input_ids = kwargs.get("input_ids", inputs)
+    attention_mask = kwargs.get("attention_mask")
+    if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and kwargs.get("encoder_outputs") is None:
+        if input_ids.shape[0] == 0:  # an empty batch: no sentence to decode (transformers' loops reduce over it)
+            start = model.generation_config.decoder_start_token_id
+            sequences = input_ids.new_full((0, 1), model.config.pad_token_id if start is None else start)
+            config = kwargs.get("generation_config") or model.generation_config
+            as_dict = kwargs.get("return_dict_in_generate", config.return_dict_in_generate)
+            return GenerateEncoderDecoderOutput(sequences=sequences) if as_dict else sequences
+        if attention_mask is None:
+            attention_mask = kwargs["attention_mask"] = model.mask_from_padding(input_ids)
+        lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full(input_ids.shape[:1], input_ids.shape[1])
+        empty = (lengths == 0).nonzero().flatten().tolist()
+        if empty:
+            raise ValueError(
+                f"Source sentences {empty} have no tokens (zero length or every position masked). An empty "
+                "source has the empty translation: leave it out (the translation pipeline and "
+                "evaluate_translation.py do so and return '')."
+            )
+    return None
+
+
 def translation_generate(model, inputs=None, **kwargs):
     """`generate()` for the family: transformers' `GenerationMixin.generate` prepares the call (configuration,
     processors, stopping criteria, encoder output, cache) and hands greedy and beam search to this module's
     loop through its public `custom_generate` argument; any other call runs transformers' own loop, with a
     warning where the caller asked for something only this loop does (a shortlist, compiled steps)."""
+    for name, default in DECODING_OPTIONS.items():  # so that generate(..., use_shortlist=True) is a generation option
+        if not hasattr(model.generation_config, name):
+            setattr(model.generation_config, name, default)
+    empty_batch_output = check_sources(model, inputs, kwargs)
+    if empty_batch_output is not None:
+        return empty_batch_output
     if kwargs.get("max_new_tokens") is not None and kwargs.get("max_length") is None:
         # The call's length wins over the saved max_length (the papers' 256), as generate() would make it, without
         # its warning that both were set: the saved one is a default, not the caller's.

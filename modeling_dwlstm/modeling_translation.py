@@ -27,7 +27,6 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerateEncoderDecoderOutput
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -38,14 +37,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import logging
 
 from .configuration_translation import TranslationTransformerConfig
-from .generation_translation import (
-    DECODING_OPTIONS,
-    SHORTLIST_FILE,
-    Shortlist,
-    fit_static_layer,
-    load_shortlist,
-    translation_generate,
-)
+from .generation_translation import SHORTLIST_FILE, Shortlist, fit_static_layer, load_shortlist, translation_generate
 from .language_aware import make_language_transform, make_layer_norm, make_target_language
 from .lora import LoraReachCheck
 from .loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
@@ -853,31 +845,7 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     def generate(self, inputs=None, **kwargs):
-        """`GenerationMixin.generate`, refusing sources without a single token (their translation
-        would be a hallucination); the pipeline and `evaluate_translation.py` give them the empty
-        translation."""
-        input_ids = kwargs.get("input_ids", inputs)
-        attention_mask = kwargs.get("attention_mask")
-        if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and kwargs.get("encoder_outputs") is None:
-            if input_ids.shape[0] == 0:  # an empty batch: no sentence to decode (transformers' loops reduce over it)
-                start = self.generation_config.decoder_start_token_id
-                sequences = input_ids.new_full((0, 1), self.config.pad_token_id if start is None else start)
-                config = kwargs.get("generation_config") or self.generation_config
-                as_dict = kwargs.get("return_dict_in_generate", config.return_dict_in_generate)
-                return GenerateEncoderDecoderOutput(sequences=sequences) if as_dict else sequences
-            if attention_mask is None:
-                attention_mask = kwargs["attention_mask"] = self.mask_from_padding(input_ids)
-            lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full(input_ids.shape[:1], input_ids.shape[1])
-            empty = (lengths == 0).nonzero().flatten().tolist()
-            if empty:
-                raise ValueError(
-                    f"Source sentences {empty} have no tokens (zero length or every position masked). An empty "
-                    "source has the empty translation: leave it out (the translation pipeline and "
-                    "evaluate_translation.py do so and return '')."
-                )
-        for name, default in DECODING_OPTIONS.items():  # so that generate(..., use_shortlist=True) is a generation option
-            if not hasattr(self.generation_config, name):
-                setattr(self.generation_config, name, default)
+        """`GenerationMixin.generate` through this family's decoding loop (`translation_generate`)."""
         return translation_generate(self, inputs, **kwargs)
 
     def mask_from_padding(self, input_ids: torch.Tensor) -> torch.Tensor | None:
