@@ -20,7 +20,7 @@ from conftest import MULTI30K, random_ids, read_multi30k, tiny_config, tiny_mode
 from safetensors.torch import save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
-from modeling_dwlstm import DwLstmConfig, HighwayTransformerConfig, modeling_translation
+from modeling_dwlstm import DwLstmConfig, HighwayTransformerConfig, building_blocks
 from modeling_dwlstm.tokenization_dwlstm import normalizes_unicode, tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit.checkpoints import load_saved_model, record_saved_folder
 from nmt_toolkit.commands import translate as translate_command
@@ -218,9 +218,9 @@ def test_an_empty_batch_gives_empty_logits(case, attention, monkeypatch):
     model.set_attn_implementation("eager" if attention == "eager" else "sdpa")
     steps = []
     if attention == "decoding_step":
-        monkeypatch.setattr(modeling_translation, "DECODING_STEP_MIN_QUERIES", 0)
-        real = modeling_translation.decoding_step_attention
-        monkeypatch.setattr(modeling_translation, "decoding_step_attention",
+        monkeypatch.setattr(building_blocks, "DECODING_STEP_MIN_QUERIES", 0)
+        real = building_blocks.decoding_step_attention
+        monkeypatch.setattr(building_blocks, "decoding_step_attention",
                             lambda *args, **kwargs: steps.append(1) or real(*args, **kwargs))
     source = random_ids(2, 5)[:0]
     with torch.no_grad():

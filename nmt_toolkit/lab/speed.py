@@ -47,12 +47,12 @@ from transformers import (
 )
 
 from modeling_dwlstm import FAMILY
+from modeling_dwlstm.building_blocks import MultiHeadAttention
 from modeling_dwlstm.configuration_translation import BOS_ID as BOS
 from modeling_dwlstm.configuration_translation import EOS_ID as EOS
 from modeling_dwlstm.configuration_translation import PAD_ID as PAD
 from modeling_dwlstm.configuration_translation import UNK_ID
 from modeling_dwlstm.generation_translation import Shortlist
-from modeling_dwlstm.modeling_translation import MultiHeadAttention
 from modeling_dwlstm.paper_configs import MEMBER_PRESETS, PAPER_VOCAB_SIZE
 from modeling_dwlstm.paper_configs import SIZES as PAPER_SIZES
 from modeling_dwlstm.precision import PRECISIONS as INFERENCE_PRECISIONS

@@ -7,7 +7,7 @@ source + target tokens per batch at length 64, fused loss, fused Adam (the bench
         --members dwlstm residual-prenorm marian --variants fp32 bf16 bf16_compiled
     PYTHONPATH=. python experiments/speed/round-four/bf16_training_ab.py --profile dwlstm   # op table, bf16
 
-"bf16_bf16_attention" is the bf16 step with the attention as it was before `modeling_translation.sdpa` (bfloat16
+"bf16_bf16_attention" is the bf16 step with the attention as it was before `building_blocks.sdpa` (bfloat16
 SDPA under autocast); "bf16" runs the code as it is.
 """
 
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from modeling_dwlstm import modeling_translation
+from modeling_dwlstm import building_blocks
 from modeling_dwlstm.precision import cpu_features
 from nmt_toolkit.lab.speed import (
     BenchmarkSettings,
@@ -40,7 +40,7 @@ VARIANTS = {"fp32": (False, False), "bf16": (True, False), "bf16_compiled": (Tru
 
 
 def plain_sdpa(query, keys, values, attention_mask=None, dropout=0.0):
-    """The attention before `modeling_translation.sdpa`: SDPA in the inputs' dtype (bfloat16 under autocast)."""
+    """The attention before `building_blocks.sdpa`: SDPA in the inputs' dtype (bfloat16 under autocast)."""
     return F.scaled_dot_product_attention(query, keys, values, attn_mask=attention_mask, dropout_p=dropout)
 
 
@@ -49,11 +49,11 @@ def step_task(model, optimizer, batch, bf16: bool, variant: str):
     def task():
         if variant != "bf16_bf16_attention":
             return training_step(model, optimizer, batch, "cpu", bf16=bf16)
-        saved, modeling_translation.sdpa = modeling_translation.sdpa, plain_sdpa
+        saved, building_blocks.sdpa = building_blocks.sdpa, plain_sdpa
         try:
             return training_step(model, optimizer, batch, "cpu", bf16=bf16)
         finally:
-            modeling_translation.sdpa = saved
+            building_blocks.sdpa = saved
     return task
 
 
