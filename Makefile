@@ -1,16 +1,20 @@
 # `make quickstart`: create .venv (reused when present), install the package, train and use a small model (~3 min).
-# `make test`: the same .venv and installation, then the linter (ruff, configured in pyproject.toml) and the test suite.
+# `make test`: the same .venv and installation, then the linter (ruff, configured in pyproject.toml) and the test suite,
+# then the matrix's oldest pair (below).
 # `make test-gpu`: the GPU check (tests/gpu, left out of `make test`) on a machine with a CUDA device and a
 # CUDA build of torch (TORCH_SPEC=torch==2.13.0 from PyPI is one); it fails at once when torch sees no CUDA device.
 # `make test-browser`: the demo page in a headless browser (tests/browser, left out of `make test`): Debian's chromium
 # and chromium-driver (installed with apt-get when missing; root or sudo) and selenium (the `browser` extra).
 # torch is pinned to the CPU build these machines keep on disk; an unpinned torch pulls a multi-GB CUDA build.
-# `make test-compat`: the version matrix (tests/compat, left out of `make test`): for each transformers/torch pair in
-# COMPAT_MATRIX, a venv under COMPAT_DIR with exactly those two, the package installed beside them with its declared
-# dependencies (a range that would move transformers or torch fails), and the compact suite against
-# tests/compat/reference.json. The pairs: the oldest supported transformers, one in the middle and the newest, with
-# torch 2.13.0 (on these machines' disk), and the newest with the oldest supported torch, 2.6.0, which comes from PyPI
-# as a CUDA build (about 3 GB to download, 5.5 GB installed). A new release is added here (docs/contributing.md).
+# `make test-compat`: the version matrix: for each transformers/torch pair in COMPAT_MATRIX, tests/compat/run_pair.sh
+# keeps a venv under COMPAT_DIR with exactly those two and the package installed beside them with its declared
+# dependencies and test extras (a range that would move transformers or torch fails; the venv is reused until
+# setup.cfg or pyproject.toml change), and runs the compact suite (tests/compat, against tests/compat/reference.json)
+# and the whole decoding suite (tests/test_decoding.py) in it. The pairs: the oldest supported transformers, one in
+# the middle and the newest, with torch 2.13.0 (on these machines' disk), and the newest with the oldest supported
+# torch, 2.6.0, which comes from PyPI as a CUDA build (about 3 GB to download, 5.5 GB installed). `make test` ends
+# with the oldest pair, COMPAT_OLDEST (torch from local disk; 2.6.0's download stays out of CI).
+# A new release is added here (docs/contributing.md).
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
