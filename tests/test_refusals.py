@@ -1028,3 +1028,13 @@ def test_experiment_files_that_would_fail_late_or_count_a_run_twice_are_refused(
     (tmp_path / "experiment.json").write_text(json.dumps(spec))
     with pytest.raises(ValueError, match=message):
         load_experiment(tmp_path / "experiment.json")
+
+
+def test_training_into_a_finished_run_says_how_to_continue_or_start_again(multi30k_setup, tmp_path):
+    (tmp_path / "checkpoint-3").mkdir()
+    (tmp_path / "checkpoint-3" / "trainer_state.json").write_text('{"global_step": 3}')
+    (tmp_path / "train_results.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"already holds checkpoints of a run \(checkpoint-3; it finished\)\. Pass "
+                                         r"--resume_from_checkpoint last to continue it with a larger --max_steps, "
+                                         r"--overwrite_output_dir to start again there, or choose another"):
+        train_translation(*multi30k_arguments(multi30k_setup, tmp_path))
