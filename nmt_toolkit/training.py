@@ -594,8 +594,11 @@ def _resolve_resume(training_args: TranslationTrainingArguments, sources: dict |
     existing = checkpoints[-1] if checkpoints else None
     if requested is None:
         if existing is not None and not training_args.overwrite_output_dir:
-            raise ValueError(f"{training_args.output_dir} already holds checkpoints of a run ({existing.name}). Pass "
-                             "--resume_from_checkpoint last to continue it, or choose another --output_dir.")
+            finished = (Path(training_args.output_dir) / "train_results.json").is_file()
+            raise ValueError(f"{training_args.output_dir} already holds checkpoints of a run ({existing.name}"
+                             f"{'; it finished' if finished else ''}). Pass --resume_from_checkpoint last to continue "
+                             f"it{' with a larger --max_steps' if finished else ''}, --overwrite_output_dir to start "
+                             "again there, or choose another --output_dir.")
         if training_args.should_save:
             prepare_output_dir(training_args.output_dir, training_args.overwrite_output_dir)
             old_checkpoints = list(Path(training_args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"))

@@ -64,7 +64,7 @@ from nmt_toolkit.files import (
     write_checksums,
 )
 from nmt_toolkit.hub import check_results_of, push_translation_model
-from nmt_toolkit.lab.experiments import StageFailed
+from nmt_toolkit.lab.experiments import StageFailed, load_experiment
 from nmt_toolkit.lab.plotting import check_figure_path, read_log_history
 from nmt_toolkit.multilingual import corpus_languages, parse_sources
 from nmt_toolkit.training import (
@@ -1009,3 +1009,32 @@ def test_the_pipeline_refuses_what_is_not_text_and_a_tag_of_another_target(model
                                "--json_lines", "--output", tmp_path / "out.txt")
     assert (code, stderr) == (1, "error: Source 2 starts with the tag <2fr> but is to be translated into de: take "
                                  "the tag out of the text (the target language puts its own in front).\n")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"runs": []}, r"`runs` must be a non-empty list of runs"),
+    ({"runs": {"name": "a"}}, r"`runs` must be a non-empty list of runs"),
+    ({"training": "fast"}, r"`training` must be a JSON object of settings, got 'fast'"),
+    ({"data": "corpus"}, r"`data` must be a JSON object of settings"),
+    ({"runs": [{"name": "a", "config": "tiny.json", "model": [16]}]}, r"run 1: `model` must be a JSON object"),
+    ({"runs": [{"name": "a/b", "config": "tiny.json"}]}, r"run 1's name 'a/b' must be letters, digits"),
+    ({"runs": [{"name": "a", "config": "tiny.json", "seeds": [1, 1]}]}, r"`seeds` \[1, 1\] names a seed twice"),
+])
+def test_experiment_files_that_would_fail_late_or_count_a_run_twice_are_refused(change, message, tmp_path):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "tiny.json").write_text('{"model_type": "dwlstm"}')
+    spec = {"name": "t", "data": {"dataset": "corpus", "source_lang": "en", "target_lang": "de"},
+            "runs": [{"name": "a", "config": "tiny.json"}], **change}
+    (tmp_path / "experiment.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match=message):
+        load_experiment(tmp_path / "experiment.json")
+
+
+def test_training_into_a_finished_run_says_how_to_continue_or_start_again(multi30k_setup, tmp_path):
+    (tmp_path / "checkpoint-3").mkdir()
+    (tmp_path / "checkpoint-3" / "trainer_state.json").write_text('{"global_step": 3}')
+    (tmp_path / "train_results.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"already holds checkpoints of a run \(checkpoint-3; it finished\)\. Pass "
+                                         r"--resume_from_checkpoint last to continue it with a larger --max_steps, "
+                                         r"--overwrite_output_dir to start again there, or choose another"):
+        train_translation(*multi30k_arguments(multi30k_setup, tmp_path))

@@ -39,6 +39,7 @@ import logging
 import math
 import os
 import platform
+import re
 import shlex
 import shutil
 import statistics
@@ -127,6 +128,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON: {error}") from None
     _check_keys(spec, EXPERIMENT_KEYS, {"name", "data", "runs"}, f"{path}")
+    _check_objects(spec, ("data", "tokenizer", "model", "training", "evaluation"), f"{path}")
     data = dict(spec["data"])
     _check_keys(data, {"dataset", "source_lang", "target_lang", "language_pairs", "train_split", "validation_split",
                        "test_split"},
@@ -142,9 +144,16 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
                              "experiment file) nor a Hub corpus.")
         data["dataset"] = str(local.resolve())
     data = {"train_split": "train", "validation_split": "val", "test_split": "test", **data}
+    if not isinstance(spec["runs"], list) or not spec["runs"]:
+        raise ValueError(f"{path}: `runs` must be a non-empty list of runs, e.g. "
+                         '[{"name": "dwlstm", "config": "../../hub_configs/dwlstm-base-6l.json"}].')
     runs, names = [], set()
     for number, run in enumerate(spec["runs"], 1):
         _check_keys(run, RUN_KEYS, {"name"} | (set() if "from" in run else {"config"}), f"{path}: run {number}")
+        _check_objects(run, ("model", "training"), f"{path}: run {number}")
+        if not isinstance(run["name"], str) or not RUN_NAME.fullmatch(run["name"]):
+            raise ValueError(f"{path}: run {number}'s name {run['name']!r} must be letters, digits, '.', '_' or '-' "
+                             "(it names the run's folder and record file).")
         if run["name"] in names:
             raise ValueError(f"{path}: two runs are named {run['name']!r}; run names must be unique.")
         _check_stage(run, names, path)
@@ -155,6 +164,8 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         seeds = run.get("seeds", [1])
         if not seeds or not all(isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds):
             raise ValueError(f"{path}: run {run['name']!r}: `seeds` must be a non-empty list of integers.")
+        if len(set(seeds)) != len(seeds):  # one record per seed: a repeat would count it twice in the table
+            raise ValueError(f"{path}: run {run['name']!r}: `seeds` {seeds} names a seed twice; list each once.")
         runs.append(RunSpec(
             name=run["name"], config=config, model={} if "from" in run else {**spec.get("model", {}), **run.get("model", {})},
             training={**spec.get("training", {}), **run.get("training", {})}, seeds=list(seeds),
@@ -847,6 +858,15 @@ def _parameter_count(model_dir: Path) -> int:
     """Parameters stored in the model's safetensors file (tied weights are stored once, as `num_parameters()`)."""
     with safe_open(str(model_dir / "model.safetensors"), framework="pt") as weights:
         return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _check_objects(mapping: dict, keys: tuple[str, ...], where: str):
+    for key in keys:
+        if key in mapping and not isinstance(mapping[key], dict):
+            raise ValueError(f"{where}: `{key}` must be a JSON object of settings, got {mapping[key]!r}.")
 
 
 def _check_keys(mapping, allowed: set, required: set, where: str):
