@@ -268,6 +268,10 @@ def translation_generate(model, inputs=None, **kwargs):
     empty_batch_output = check_sources(model, inputs, kwargs)
     if empty_batch_output is not None:
         return empty_batch_output
+    new_tokens = kwargs.get("max_new_tokens")
+    if new_tokens is not None and (isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1):
+        raise ValueError(f"max_new_tokens must be a whole number of at least 1 (the tokens to generate after the "
+                         f"decoder start), got {new_tokens!r}.")
     if kwargs.get("max_new_tokens") is not None and kwargs.get("max_length") is None:
         # The call's length wins over the saved max_length (the papers' 256), as generate() would make it, without
         # its warning that both were set: the saved one is a default, not the caller's.

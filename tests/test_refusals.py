@@ -1038,3 +1038,11 @@ def test_training_into_a_finished_run_says_how_to_continue_or_start_again(multi3
                                          r"--resume_from_checkpoint last to continue it with a larger --max_steps, "
                                          r"--overwrite_output_dir to start again there, or choose another"):
         train_translation(*multi30k_arguments(multi30k_setup, tmp_path))
+
+
+@pytest.mark.parametrize("new_tokens", [0, -3, 2.5, True])
+def test_generate_refuses_a_max_new_tokens_below_one(new_tokens):
+    """max_new_tokens=0 gave transformers' message about a max_length of 1 the caller never set."""
+    model = tiny_model("dwlstm")
+    with pytest.raises(ValueError, match=r"max_new_tokens must be a whole number of at least 1.*got " + repr(new_tokens)):
+        model.generate(torch.tensor([[5, 6, 2]]), max_new_tokens=new_tokens)
