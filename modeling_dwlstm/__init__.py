@@ -1,24 +1,18 @@
-"""modeling_dwlstm: the Transformer with depth-wise LSTMs and its baselines, native in Hugging Face Transformers.
+"""modeling_dwlstm: the Transformer with depth-wise LSTMs and its baselines, native in Transformers.
 
 Importing the package registers every member with `AutoConfig`, `AutoModel` and
-`AutoModelForSeq2SeqLM`, marks the classes so that `save_pretrained` writes `auto_map` and copies the
-code (remote-code loading), and registers the `translation` pipeline that transformers 5 removed.
+`AutoModelForSeq2SeqLM`, marks the classes so that `save_pretrained` copies their code beside the
+weights (remote code), and registers the `translation` pipeline that transformers 5 removed.
 
 When `trust_remote_code=True` is needed:
 
-- In a process that has imported `modeling_dwlstm`: never. `AutoConfig`, `AutoModel`,
-  `AutoModelForSeq2SeqLM` and `AutoTokenizer.from_pretrained(folder or repository)` and
-  `pipeline("translation" or "translation_xx_to_yy", model=folder or repository)` resolve to the
-  package's classes, and transformers asks nothing. Given anyway, the flag changes nothing: transformers
-  prefers registered classes to a saved copy of their code. (The tokenizer needs no registration: the saved
-  one is transformers' own `TokenizersBackend`.)
-- In a process that has not imported it (the package is not installed, or installed but not imported, as
-  in transformers' `examples/pytorch/translation/run_translation.py` or a fresh notebook): pass
-  `trust_remote_code=True` to every Auto class and to `pipeline()`; the copy of the code saved beside the
-  weights runs. Without it, `AutoConfig`, `AutoModel*` and `pipeline()` raise transformers' ValueError, and
-  `AutoTokenizer.from_pretrained` asks transformers' interactive "Do you wish to run the custom code? [y/N]"
-  about the config's code (it waits up to 15 s, then loads the tokenizer anyway). `trust_remote_code=False`
-  skips that question: the tokenizer itself runs no custom code.
+- in a process that has imported `modeling_dwlstm`: never (the Auto classes and `pipeline()` resolve
+  to the registered classes, and the flag, if given, changes nothing);
+- in a process that has not (a fresh notebook, transformers' own example scripts): for every Auto
+  class and `pipeline()`, which then run the copy of the code saved beside the weights. Without it
+  they raise transformers' ValueError, and `AutoTokenizer` asks "Do you wish to run the custom
+  code?" about the config's code (waiting 15 s); `trust_remote_code=False` skips the question: the
+  tokenizer runs none.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM

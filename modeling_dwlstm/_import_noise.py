@@ -1,11 +1,9 @@
-"""Imports transformers' model code with two kinds of log lines dropped, before the members import it.
+"""Imports transformers' model code, with two kinds of log lines dropped, before the members do.
 
-transformers' model code imports torchao, when it is installed, for its quantizer: torchao then logs
-"Failed to load ....so" for each compiled kernel built for another torch (its CUDA and mxfp8 kernels
-on a CPU build), and torch logs a deprecation line for each torchao enum registered with pytree.
-None of it concerns these models (no torchao kernel runs in them), and every command would print it
-before its own output. Only those records are dropped, and only during this import; torchao's and
-torch's other messages pass.
+With torchao installed, importing transformers' model code logs "Failed to load ....so" for each
+torchao kernel built for another torch and a torch deprecation line for each torchao enum: noise
+before every command's output that concerns no model here. Only those records are dropped, only
+during this import.
 """
 
 import logging

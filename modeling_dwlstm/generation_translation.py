@@ -69,7 +69,7 @@ import transformers
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import CompileConfig, GenerationConfig, GenerationMixin
-from transformers.cache_utils import EncoderDecoderCache, StaticLayer
+from transformers.cache_utils import Cache, EncoderDecoderCache, StaticLayer
 from transformers.generation import GenerateBeamEncoderDecoderOutput, GenerateEncoderDecoderOutput
 from transformers.generation.logits_process import (
     ForcedBOSTokenLogitsProcessor,
@@ -118,6 +118,13 @@ class Shortlist:
     @property
     def vocab_size(self) -> int:
         return self.table.shape[0]
+
+    @property
+    def direction(self) -> str | None:
+        """The direction ("en-de") whose corpus built it: its `direction` metadata, or the last word of its `corpus`
+        (shortlists built before the direction was recorded); None when neither says."""
+        direction = self.metadata.get("direction") or self.metadata.get("corpus", "").rpartition(" ")[2]
+        return direction if direction.count("-") == 1 and all(direction.split("-")) else None
 
     def candidates(self, source_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                    extra: torch.Tensor | None = None) -> torch.Tensor:
@@ -224,11 +231,43 @@ def lean_refusal(generation_config: GenerationConfig, kwargs: dict) -> str | Non
 STATIC_CACHE_COUNTS_POSITIONS = hasattr(StaticLayer(1), "cumulative_length")
 
 
+def check_sources(model, inputs, kwargs: dict):
+    """Refuse sources without a single token (their translation would be a hallucination; the pipeline and
+    the evaluation give them the empty translation), derive the mask of padded sources, and return the output
+    of an empty batch (no sentence to decode; transformers' loops reduce over it), else None."""
+    input_ids = kwargs.get("input_ids", inputs)
+    attention_mask = kwargs.get("attention_mask")
+    if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and kwargs.get("encoder_outputs") is None:
+        if input_ids.shape[0] == 0:  # an empty batch: no sentence to decode (transformers' loops reduce over it)
+            start = model.generation_config.decoder_start_token_id
+            sequences = input_ids.new_full((0, 1), model.config.pad_token_id if start is None else start)
+            config = kwargs.get("generation_config") or model.generation_config
+            as_dict = kwargs.get("return_dict_in_generate", config.return_dict_in_generate)
+            return GenerateEncoderDecoderOutput(sequences=sequences) if as_dict else sequences
+        if attention_mask is None:
+            attention_mask = kwargs["attention_mask"] = model.mask_from_padding(input_ids)
+        lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full(input_ids.shape[:1], input_ids.shape[1])
+        empty = (lengths == 0).nonzero().flatten().tolist()
+        if empty:
+            raise ValueError(
+                f"Source sentences {empty} have no tokens (zero length or every position masked). An empty "
+                "source has the empty translation: leave it out (the translation pipeline and "
+                "evaluate_translation.py do so and return '')."
+            )
+    return None
+
+
 def translation_generate(model, inputs=None, **kwargs):
     """`generate()` for the family: transformers' `GenerationMixin.generate` prepares the call (configuration,
     processors, stopping criteria, encoder output, cache) and hands greedy and beam search to this module's
     loop through its public `custom_generate` argument; any other call runs transformers' own loop, with a
     warning where the caller asked for something only this loop does (a shortlist, compiled steps)."""
+    for name, default in DECODING_OPTIONS.items():  # so that generate(..., use_shortlist=True) is a generation option
+        if not hasattr(model.generation_config, name):
+            setattr(model.generation_config, name, default)
+    empty_batch_output = check_sources(model, inputs, kwargs)
+    if empty_batch_output is not None:
+        return empty_batch_output
     if kwargs.get("max_new_tokens") is not None and kwargs.get("max_length") is None:
         # The call's length wins over the saved max_length (the papers' 256), as generate() would make it, without
         # its warning that both were set: the saved one is a default, not the caller's.
@@ -256,6 +295,15 @@ def translation_generate(model, inputs=None, **kwargs):
         mask = [ShortlistLogitsMask(allowed), *([] if config.num_beams == 1 else [LogitNormalization()])]
         kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or ()), *mask])
     return GenerationMixin.generate(model, inputs, **kwargs)
+
+
+def fit_static_layer(cache: Cache, layer_idx: int, rows: int) -> None:
+    """transformers 5.4 to 5.12 keep a static cache from one generate() call to the next where the decoder has as
+    many rows (5.24 builds a new one each call); the cross-attention's rows may differ (one per sentence where the
+    beams share its keys, one per beam where not): a static layer of another number is allocated again."""
+    layer = cache.layers[layer_idx] if layer_idx < len(cache.layers) else None
+    if isinstance(layer, StaticLayer) and layer.is_initialized and layer.keys.shape[0] != rows:
+        layer.is_initialized = False  # its next update allocates it for `rows`
 
 
 def lean_search(model, input_ids, logits_processor, stopping_criteria, generation_config, inputs_tensor=None,
@@ -350,6 +398,7 @@ def batch_shortlist_ids(model, generation_config, source_ids, attention_mask, de
     if shortlist.vocab_size != model.config.vocab_size:
         raise ValueError(f"The shortlist covers {shortlist.vocab_size} source tokens but the model has "
                          f"{model.config.vocab_size}: build it again with the model's tokenizer.")
+    check_shortlist_targets(model, shortlist, source_ids)
     config = generation_config
     specials = [config.decoder_start_token_id, config.bos_token_id, config.pad_token_id, model.config.eos_token_id,
                 config.forced_bos_token_id]
@@ -364,6 +413,28 @@ def batch_shortlist_ids(model, generation_config, source_ids, attention_mask, de
         attention_mask = attention_mask[:: attention_mask.shape[0] // source_ids.shape[0]]
     ids = shortlist.candidates(source_ids, attention_mask, torch.cat([part.cpu().long() for part in extra]))
     return ids[ids < model.config.vocab_size]
+
+
+def check_shortlist_targets(model, shortlist: Shortlist, source_ids: torch.Tensor) -> None:
+    """Refuse a shortlist built for another direction than the call translates: its rows hold another target
+    language's words. A multilingual model translates into the languages whose tags `<2xx>` start the sources
+    (`config.language_tag_ids`); a model without tags translates its config's `language_pairs`."""
+    built_for = shortlist.direction
+    if built_for is None:
+        return
+    tags = {tag_id: language for language, tag_id in (getattr(model.config, "language_tag_ids", None) or {}).items()}
+    targets = sorted({tags[token] for token in source_ids[:, 0].tolist() if token in tags})
+    pairs = list(getattr(model.config, "language_pairs", None) or [])
+    others = [language for language in targets if language != built_for.split("-")[1]]
+    if others:
+        raise ValueError(f"use_shortlist=True: the model's shortlist was built for {built_for} and would restrict "
+                         f"this call's translation into {', '.join(others)} (the tag in front of its sources) to "
+                         f"{built_for}'s words; leave out use_shortlist for it, or translate into "
+                         f"{built_for.split('-')[1]} only.")
+    if not targets and pairs and built_for not in pairs:
+        raise ValueError(f"use_shortlist=True: the model's shortlist was built for {built_for}, but the model "
+                         f"translates {', '.join(pairs)} (its config's language_pairs); build it again for the "
+                         "model's direction (scripts/build_shortlist.py), or leave out use_shortlist.")
 
 
 def shortlist_projection(model, ids: torch.Tensor):

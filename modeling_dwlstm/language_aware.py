@@ -25,8 +25,15 @@ class NoTargetLanguage(nn.Module):
     def from_source(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> None:
         return None
 
-    def use(self, rows: torch.Tensor | None):
+    def use(self, rows: torch.Tensor | None, rows_per_sentence: int = 1):
         pass
+
+    def share_with(self, model: nn.Module):
+        """Give every module of `model` that reads the target language (`reads_target_language`)
+        this one, as a plain reference: the model owns it."""
+        for module in model.modules():
+            if getattr(module, "reads_target_language", False):
+                object.__setattr__(module, "target_language", self)
 
 
 class TargetLanguage(NoTargetLanguage):
@@ -71,12 +78,20 @@ class TargetLanguage(NoTargetLanguage):
         self.use(is_tag.long().argmax(-1))
         return self.rows
 
-    def use(self, rows):
+    def use(self, rows, rows_per_sentence=1):
+        """Set the rows' target languages (`rows_per_sentence` > 1: one per sentence, its beams')."""
         if rows is None:
             raise ValueError("This language-aware model's decoder needs each sentence's target language, which the "
                              "encoder returns with its output (`target_language`): pass `encoder_outputs` as "
                              "`model.get_encoder()(input_ids=...)` returns them, or `input_ids` instead of them.")
+        if rows_per_sentence > 1:
+            rows = rows.repeat_interleave(rows_per_sentence)
         self.per_thread.rows = self.latest = rows
+
+
+def make_target_language(config: TranslationTransformerConfig) -> NoTargetLanguage:
+    """The model's one `TargetLanguage`, or `NoTargetLanguage` without language-aware parameters."""
+    return TargetLanguage(config) if config.language_aware else NoTargetLanguage()
 
 
 def check_target_tags(is_tag: torch.Tensor, first_tokens: torch.Tensor, languages: list[str], tag_of: dict):
@@ -130,6 +145,11 @@ def make_layer_norm(config: TranslationTransformerConfig, dim: int) -> nn.Module
     return nn.LayerNorm(dim)
 
 
+def make_language_transform(config: TranslationTransformerConfig) -> nn.Module:
+    """What the encoder output goes through: LaLT with `language_aware_transform`, else nothing."""
+    return LanguageAwareTransform(config) if config.language_aware_transform else nn.Identity()
+
+
 class LanguageAwareTransform(nn.Module):
     """LaLT (Zhang et al. 2020): H_t = H W_t, one d x d projection per target language t, no bias (as in their
     code), applied to the encoder output. Each language's rows of the batch go through its own `nn.Linear`."""
@@ -155,4 +175,4 @@ class LanguageAwareTransform(nn.Module):
 
 
 __all__ = ["LanguageAwareLayerNorm", "LanguageAwareTransform", "NoTargetLanguage", "TargetLanguage",
-           "make_layer_norm"]
+           "make_language_transform", "make_layer_norm", "make_target_language"]

@@ -1,20 +1,17 @@
 """The papers' label-smoothed cross-entropy fused with the output projection, for training.
 
-At the papers' 35,603-word vocabulary the output projection's logits are the largest tensors of a training
-step (2,048 target tokens x 35,603 words = 290 MB in float32), and the plain path
-`F.cross_entropy(lm_head(h), labels, label_smoothing=e)` walks over them about fifteen times: the
-log-softmax and its output, the gathered and summed terms, then backward a zero-filled gradient, the
-log-softmax backward and the sum of the smoothing and target gradients; together 10-14% of a base
-training step on a CPU, none of it matmul. Here the gradient of the logits is computed during the forward
-pass, in place, chunk by chunk of rows (the loss is a scalar, so backward only scales it):
+At the papers' 35,603-word vocabulary the logits are a training step's largest tensors (290 MB for
+2,048 target tokens in float32), and `F.cross_entropy(lm_head(h), labels, label_smoothing=e)` walks
+over them about fifteen times, forward and backward: 10-14% of a base training step on a CPU, none
+of it matmul. Here the gradient of the logits is computed in the forward pass, in place, chunk by
+chunk of rows (the loss is a scalar, so backward only scales it):
 
     loss  = mean over target tokens of  logsumexp(z) - (1 - e) z[target] - (e / V) sum(z)
     dL/dz = (softmax(z) - (1 - e) onehot(target) - e / V) / tokens                     (0 for ignored rows)
 
-and the two gradient matmuls (hidden states, projection weight) run once over the whole buffer, as in
-the plain path. One (tokens, V) buffer instead of five; same matmuls; results equal the plain path's to
-float rounding (tests/test_loss.py). Under bfloat16 autocast the matmuls run in bfloat16 and the softmax
-in float32, as the plain path does.
+and the two gradient matmuls run once over the whole buffer: one (tokens, V) buffer instead of five,
+the same matmuls, the plain path's results to float rounding (tests/test_loss.py), bfloat16 autocast
+as there.
 """
 
 import torch

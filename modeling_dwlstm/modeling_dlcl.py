@@ -1,14 +1,8 @@
 """Dynamic linear combination of layers, DLCL (Wang et al. 2019, §3, Eqs. 7-9).
 
-The residual layers of `modeling_residual` (post- or pre-norm), connected across each stack by
-`DlclConnection`: the input of layer l+1 is a weighted sum of all earlier layer outputs y_0 .. y_l
-(y_0 = the embeddings), with a learned (or fixed) scalar per (consumer, earlier layer):
-
-    pre-norm    x_{l+1} = sum_k W^{(l+1)}_k LN_k(y_k)        Wang et al. 2019, Eq. 8
-    post-norm   x_{l+1} = LN(sum_k W^{(l+1)}_k y_k)          Wang et al. 2019, Eq. 9
-
-`model.dlcl_weight_matrices()` reads the two weight matrices out;
-`nmt_toolkit.lab.plotting_analysis.plot_dlcl_weights` draws them as heatmaps like Wang et al. 2019, Fig. 5.
+The residual layers of `modeling_residual`, each fed a weighted sum of all earlier layer outputs by
+`DlclConnection` (the equations: `DlclConfig`). `model.dlcl_weight_matrices()` reads the weights out;
+`nmt_toolkit.lab.plotting_analysis.plot_dlcl_weights` draws them like Wang et al. 2019, Fig. 5.
 """
 
 
@@ -31,6 +25,7 @@ from .modeling_translation import LayerCombination, LayerState
 # a model's own file imports (later releases follow the imports further): the files that
 # modeling_translation.py needs are named here too.
 if TYPE_CHECKING:
+    from .building_blocks import MultiHeadAttention  # noqa: F401
     from .generation_translation import Shortlist  # noqa: F401
     from .lora import LoraReachCheck  # noqa: F401
     from .loss import IGNORE_INDEX  # noqa: F401

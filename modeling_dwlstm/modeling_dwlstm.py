@@ -14,18 +14,17 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 
+from .building_blocks import MultiHeadAttention, attach_shared
 from .configuration_translation import FamilyMember, TranslationTransformerConfig, check_choice
 from .language_aware import make_layer_norm
 from .modeling_translation import (
     ACTIVATIONS,
     LayerOutput,
     LayerState,
-    MultiHeadAttention,
     SharedModules,
     TranslationLayer,
     TranslationTransformerForConditionalGeneration,
     TranslationTransformerModel,
-    attach_shared,
 )
 
 # transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that

@@ -1,15 +1,7 @@
 """Highway Transformer (Chai et al. 2020): the post-norm residual Transformer with self-gating.
 
-Same skeleton and layers as the residual baseline (`modeling_residual`); only the connection around
-each sub-layer F (self-attention, cross-attention, FFN) changes. With the transform gate
-T(X) = Psi(X W_1 + b_1) and the transform f(X) = X W_2 + b_2, both reading the sub-layer's input X:
-
-    sdu            U = LN(X + F(X) + SDU(X)),  SDU(X) = T(X) * f(X)       Chai et al. 2020, Eqs. 21-24
-    highway_gate   U = LN((1 - T(X)) * X + T(X) * f(X) + F(X))             Chai et al. 2020, Eqs. 26-29
-    gated_mhdpa    U = LN(X + (1 - T(X)) * F(X) + T(X) * f(X))             Chai et al. 2020, Eqs. 30-31
-
-Layers 1..`sdu_layers` of each stack get the gated connection (all layers by default), the layers
-above the plain post-norm one, LN(X + F(X)).
+The residual baseline's layers (`modeling_residual`) with a gated connection around each sub-layer F
+(self-dependency units and two highway variants; their equations: `HighwayTransformerConfig`).
 """
 
 from typing import TYPE_CHECKING
@@ -26,6 +18,7 @@ from .modeling_translation import TranslationTransformerForConditionalGeneration
 # a model's own file imports (later releases follow the imports further): the files that
 # modeling_translation.py needs are named here too.
 if TYPE_CHECKING:
+    from .building_blocks import MultiHeadAttention  # noqa: F401
     from .generation_translation import Shortlist  # noqa: F401
     from .language_aware import TargetLanguage  # noqa: F401
     from .lora import LoraReachCheck  # noqa: F401

@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .building_blocks import MultiHeadAttention
 from .configuration_translation import FamilyMember, TranslationTransformerConfig, check_choice
 from .language_aware import make_layer_norm
 from .modeling_translation import (
     ACTIVATIONS,
     LayerOutput,
-    MultiHeadAttention,
     SharedModules,
     TranslationLayer,
     TranslationTransformerForConditionalGeneration,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from .building_blocks import attach_shared
 from .configuration_translation import FamilyMember
 from .modeling_dwlstm import (
     LSTM_HIDDEN_CLASSES,
@@ -29,7 +30,6 @@ from .modeling_translation import (
     SharedModules,
     TranslationTransformerForConditionalGeneration,
     TranslationTransformerModel,
-    attach_shared,
 )
 
 # transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that

@@ -1,29 +1,21 @@
-"""The encoder-decoder translation Transformer every family member shares: the skeleton.
+"""The encoder-decoder Transformer every family member shares: the skeleton, which knows no member.
 
-It knows no member. Read top to bottom:
- 1. building blocks: positions, embeddings, masks, multi-head attention (SDPA or eager, v5 KV cache); the
-    language-aware options every member can take (LaLN, LaLT; Zhang et al. 2020) are in `language_aware`;
- 2. the layer interface: every layer maps a `LayerState` (output, and a cell for the depth-wise LSTM)
-    to a `LayerState`, so one layer can be swapped for another (Xu et al. 2020, §4 replaces a single layer by a
-    linear map);
- 3. connections across a stack: a *depth connection* forms each layer's input from the earlier layer
-    outputs (`PreviousLayer`, DLCL), a *cross-attention source* gives each decoder layer the encoder
-    states it attends over (`TopEncoderLayer`, transparent attention);
- 4. the encoder and decoder stacks, built from the classes the model names;
- 5. `TranslationTransformerModel` and `TranslationTransformerForConditionalGeneration`, the Hugging
-    Face wrappers. A member subclasses them and names its parts directly, e.g.
+Read top to bottom: 1. building blocks (positions, embeddings, masks, attention: building_blocks.py); 2. the layer
+interface (a layer maps a `LayerState` to a `LayerState`, so one layer can replace another: Xu et
+al. 2020, §4); 3. connections across a stack (the *depth connection* that feeds each layer, the
+*cross-attention source* of each decoder layer); 4. the encoder and decoder stacks; 5. the Hugging
+Face models, which a member subclasses to name its parts:
 
-        class DwLstmModel(TranslationTransformerModel):
-            config_class = DwLstmConfig
-            encoder_layer_class = DepthWiseLstmEncoderLayer
-            decoder_layer_class = DepthWiseLstmDecoderLayer
+    class DwLstmModel(TranslationTransformerModel):
+        config_class = DwLstmConfig
+        encoder_layer_class = DepthWiseLstmEncoderLayer
+        decoder_layer_class = DepthWiseLstmDecoderLayer
 
-Papers are cited by authors and year; the members, their equations and our choices where the papers are silent
-are described in the repository's docs/members.md.
+The members' equations, and our choices where the papers are silent: the repository's
+docs/members.md.
 """
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass, fields
 from typing import NamedTuple
@@ -33,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, StaticLayer
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -43,22 +35,21 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import logging
 
+from .building_blocks import TranslationEmbeddings, attach_shared, causal_mask, padding_mask
 from .configuration_translation import TranslationTransformerConfig
-from .generation_translation import DECODING_OPTIONS, SHORTLIST_FILE, Shortlist, load_shortlist, translation_generate
-from .language_aware import LanguageAwareTransform, NoTargetLanguage, TargetLanguage, make_layer_norm
+from .generation_translation import SHORTLIST_FILE, Shortlist, load_shortlist, translation_generate
+from .language_aware import make_language_transform, make_layer_norm, make_target_language
 from .lora import LoraReachCheck
 from .loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
-from .precision import is_quantized, linear_modules
+from .precision import has_quantized_projections
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
 logger = logging.get_logger(__name__)
 
-# transformers 5.24 renamed the KV cache `past_key_values` to `cache`: the keyword generate() passes to forward(),
-# the field of the output classes and the keyword GradientCheckpointingLayer clears. Both versions are supported
-# here and nowhere else: the forwards take either keyword (`cache_argument`), return the cache under the installed
-# version's field name, and the decoder drops the cache under gradient checkpointing itself. Inside the package
-# the cache keeps its old name.
+# transformers 5.24 renamed the KV cache `past_key_values` to `cache` (forward()'s keyword, the
+# outputs' field). Only here: the forwards take either keyword (`cache_argument`) and return the
+# installed version's field.
 CACHE_FIELD = "cache" if "cache" in {field.name for field in fields(Seq2SeqLMOutput)} else "past_key_values"
 
 
@@ -69,9 +60,7 @@ def cache_argument(past_key_values: Cache | None, cache: Cache | None) -> Cache 
     return past_key_values if cache is None else cache
 
 
-# ---------------------------------------------------------------------------------------------
-# 1. Building blocks
-# ---------------------------------------------------------------------------------------------
+# 1. Building blocks -------------------------------------------------------------------------------
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -80,16 +69,6 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = decoder_start_token_id
     return shifted.masked_fill(shifted == -100, pad_token_id)
-
-
-def attach_shared(parent: nn.Module, name: str, module: nn.Module, owned: bool):
-    """Give `parent` the attribute `name`. Shared modules (depth-wise LSTM gates, token embeddings)
-    are registered only by their owner, so a checkpoint holds them once; the other users keep a plain
-    reference, which still follows the owner through `.to()`, loading and `deepcopy`."""
-    if owned:
-        setattr(parent, name, module)
-    else:
-        object.__setattr__(parent, name, module)
 
 
 class SharedModules:
@@ -103,292 +82,6 @@ class SharedModules:
             return self.modules[key], False
         self.modules[key] = build()
         return self.modules[key], True
-
-
-class SinusoidalPositions(nn.Module):
-    """Fixed sin/cos positions (Vaswani et al. §3.5): sin on the first half of the features, cos on the second."""
-
-    def __init__(self, num_positions: int, d_model: int):
-        super().__init__()
-        self.num_positions, self.d_model = num_positions, d_model
-        self.register_buffer("table", self.build_table(), persistent=False)
-
-    def build_table(self) -> torch.Tensor:
-        half = self.d_model // 2
-        inverse_frequency = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float) / max(half - 1, 1))
-        angles = torch.arange(self.num_positions, dtype=torch.float)[:, None] * inverse_frequency[None, :]
-        table = torch.cat([angles.sin(), angles.cos()], dim=-1)
-        return F.pad(table, (0, self.d_model - 2 * half))  # odd d_model: one zero feature
-
-    def init_parameters(self):
-        init.copy_(self.table, self.build_table())
-
-    def forward(self, positions: torch.Tensor) -> torch.Tensor:
-        return self.table[positions]
-
-
-class LearnedPositions(nn.Embedding):
-    """Learned absolute positions (the option to sinusoidal ones)."""
-
-    @property
-    def num_positions(self) -> int:
-        return self.num_embeddings
-
-
-class TranslationEmbeddings(nn.Module):
-    """x = dropout(sqrt(d) * E[token] + P[position]); E is the model's one shared (tied) embedding."""
-
-    def __init__(self, config: TranslationTransformerConfig, token_embedding: nn.Embedding):
-        super().__init__()
-        attach_shared(self, "token_embedding", token_embedding, owned=False)
-        position_class = SinusoidalPositions if config.position_embedding_type == "sinusoidal" else LearnedPositions
-        self.positions = position_class(config.max_position_embeddings, config.d_model)
-        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.dropout = config.dropout
-
-    def forward(self, input_ids=None, inputs_embeds=None, position_offset: int = 0) -> torch.Tensor:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError(
-                "Pass exactly one of `input_ids` and `inputs_embeds` (decoder: `decoder_input_ids` and `decoder_inputs_embeds`)."
-            )
-        if input_ids is not None:
-            check_token_ids(input_ids, self.token_embedding.num_embeddings)  # follows resize_token_embeddings
-            inputs_embeds = self.token_embedding(input_ids)
-        length = inputs_embeds.shape[1]
-        # A static cache's length is a tensor, which torch.compile cannot branch on (generate() sized that cache);
-        # the growing cache's length is a size, checked compiled or not.
-        static_length = isinstance(position_offset, torch.Tensor) and torch.compiler.is_compiling()
-        if not static_length and position_offset + length > self.positions.num_positions:
-            raise ValueError(
-                f"Sequence of {position_offset + length} positions is longer than max_position_embeddings="
-                f"{self.positions.num_positions}; truncate the input or raise max_position_embeddings."
-            )
-        positions = torch.arange(length, device=inputs_embeds.device) + position_offset
-        hidden = inputs_embeds * self.scale + self.positions(positions).to(inputs_embeds.dtype)  # (B, T, d)
-        return F.dropout(hidden, self.dropout, self.training)
-
-
-def check_token_ids(input_ids: torch.Tensor, vocab_size: int):
-    """Shape and range check. The range needs the values: read on the CPU (one reduction); on an
-    accelerator it is asserted on the device instead, so that a decode step does not wait for the host."""
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
-        kind = input_ids.dtype if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-        raise TypeError(
-            f"Token ids must be an integer torch.Tensor of shape (batch, length), got {kind}; "
-            "make them with the tokenizer: tokenizer(texts, return_tensors='pt')."
-        )
-    if input_ids.dim() != 2:
-        raise ValueError(f"Token ids must have shape (batch, length), got {tuple(input_ids.shape)}.")
-    if not input_ids.numel() or torch.compiler.is_compiling():
-        return
-    if input_ids.device.type != "cpu":
-        torch._assert_async(((input_ids >= 0) & (input_ids < vocab_size)).all(), "token ids outside [0, vocab_size)")
-        return
-    lowest, highest = torch.aminmax(input_ids)
-    if lowest < 0 or highest >= vocab_size:
-        raise ValueError(
-            f"Token ids must lie in [0, vocab_size={vocab_size}); got ids from {int(lowest)} to "
-            f"{int(highest)}. Was the input made with this model's tokenizer?"
-        )
-
-
-def padding_mask(attention_mask: torch.Tensor | None, shape: tuple[int, int]) -> torch.Tensor | None:
-    """(batch, key_length) of 1/0 -> boolean (batch, 1, 1, key_length), True = may attend; `shape` is the
-    (batch, length) of the token ids it belongs to. None when nothing is masked (SDPA's fastest kernels),
-    checked only on the CPU, where reading the mask costs no device synchronisation (and not while
-    torch.compile traces)."""
-    if attention_mask is None:
-        return None
-    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != tuple(shape):
-        raise ValueError(
-            f"attention_mask must have shape (batch, length) = {tuple(shape)} to match its token ids, got "
-            f"{tuple(attention_mask.shape)}; a mask is never broadcast over the batch."
-        )
-    if attention_mask.device.type == "cpu" and not torch.compiler.is_compiling() and bool(attention_mask.all()):
-        return None
-    return attention_mask.bool()[:, None, None, :]
-
-
-def causal_mask(batch: int, query_length: int, key_length: int, attention_mask: torch.Tensor | None, device,
-                past=None) -> torch.Tensor | None:
-    """Query t (at absolute position past + t) sees keys 0..past + t, minus padded keys. `past` is given for a
-    static cache, whose keys are its whole length (`key_length`) with the positions past + t filled so far.
-    A single new query with no padding over a growing cache needs no mask at all (the fast path of cached decoding)."""
-    if attention_mask is not None and attention_mask.dim() == 4:
-        # Ready-made (batch, 1, query, keys) mask, as generate() passes with a static cache, whose keys
-        # are the cache's full length rather than past + new.
-        if attention_mask.shape[0] != batch or attention_mask.shape[2] != query_length:
-            raise ValueError(f"A 4D decoder_attention_mask must have shape ({batch}, 1, {query_length}, keys), "
-                             f"got {tuple(attention_mask.shape)}.")
-        return attention_mask.bool() if attention_mask.dtype == torch.bool else attention_mask == 0
-    static = past is not None
-    if query_length == 1 and attention_mask is None and not static:
-        return None
-    past = key_length - query_length if past is None else past
-    if static and attention_mask is not None:  # the positions not filled yet are masked by causality
-        attention_mask = F.pad(attention_mask, (0, key_length - attention_mask.shape[1]), value=1)
-    query_positions = torch.arange(query_length, device=device)[:, None] + past
-    allowed = torch.arange(key_length, device=device)[None, :] <= query_positions  # (Tq, Tk)
-    mask = allowed[None, None]
-    if attention_mask is not None:
-        if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch, key_length):
-            raise ValueError(
-                f"decoder_attention_mask must have shape (batch, past + new decoder tokens) = {(batch, key_length)}, "
-                f"got {tuple(attention_mask.shape)}; a mask is never broadcast over the batch."
-            )
-        # A query always sees itself, so a padded query gets no all-masked row (which would give NaN).
-        mask = (mask & attention_mask.bool()[:, None, None, :]) | (query_positions == torch.arange(key_length, device=device))
-    return mask
-
-
-class FusedLinear(nn.Linear):
-    """`blocks` projections of the same input stored as one (blocks * out, in) matrix, so they cost one
-    matmul; each block is initialised as its own Xavier matrix, as if the projections were separate."""
-
-    def __init__(self, in_features: int, out_features: int, blocks: int):
-        super().__init__(in_features, blocks * out_features)
-        self.blocks = blocks
-
-
-def fold_rows(query: torch.Tensor, rows_per_sentence: int) -> torch.Tensor:
-    """(sentences * g, H, Tq, e) -> (sentences, H, g * Tq, e): the queries of a sentence's g consecutive rows (its
-    beams) as one sequence, attending over the sentence's one copy of the keys."""
-    return query.unflatten(0, (-1, rows_per_sentence)).transpose(1, 2).flatten(2, 3)
-
-
-def fit_static_layer(cache: Cache, layer_idx: int, rows: int) -> None:
-    """transformers 5.4 to 5.12 keep a static cache from one generate() call to the next where the decoder has as
-    many rows (5.24 builds a new one each call); the cross-attention's rows may differ (one per sentence where the
-    beams share its keys, one per beam where not): a static layer of another number is allocated again."""
-    layer = cache.layers[layer_idx] if layer_idx < len(cache.layers) else None
-    if isinstance(layer, StaticLayer) and layer.is_initialized and layer.keys.shape[0] != rows:
-        layer.is_initialized = False  # its next update allocates it for `rows`
-
-
-def unfold_rows(states: torch.Tensor, rows_per_sentence: int) -> torch.Tensor:
-    """The inverse of `fold_rows`: (sentences, H, g * Tq, e) -> (sentences * g, H, Tq, e)."""
-    return states.unflatten(2, (rows_per_sentence, -1)).transpose(1, 2).flatten(0, 1)
-
-
-# At a decoding step (one new position per row) over a batch of many rows and heads, PyTorch's CPU SDPA kernel
-# costs more than its two matrix products: 1.15-2.1x the time of `decoding_step_attention` for 32-128 rows of
-# 8 heads over 12-24 keys on an AVX2 CPU, while for 1-8 rows SDPA is faster
-# (experiments/benchmark/decoding_step_kernels.txt).
-DECODING_STEP_MIN_QUERIES = 256  # rows x heads from which a CPU decoding step uses `decoding_step_attention`
-
-
-def is_decoding_step(query: torch.Tensor, hidden_states: torch.Tensor) -> bool:
-    """One new position per decoder row, on the CPU, over enough rows x heads for the matrix products to win."""
-    return (hidden_states.shape[1] == 1 and query.device.type == "cpu"
-            and query.shape[0] * query.shape[1] >= DECODING_STEP_MIN_QUERIES)
-
-
-def attention_weights(query, keys, attention_mask=None) -> torch.Tensor:
-    """softmax(Q K^T / sqrt(d_head)) (Vaswani et al. 2017, Eq. 1), the scores scaled and masked in place: (B, H, Tq,
-    Tk), 0 for a row with every key masked (as SDPA). query (B, H, Tq, e), keys (B, H, Tk, e)."""
-    scores = torch.matmul(query, keys.transpose(-1, -2)).mul_(query.shape[-1] ** -0.5)  # (B, H, Tq, Tk)
-    if attention_mask is not None:
-        scores.masked_fill_(~attention_mask, -math.inf)
-    return scores.softmax(dim=-1).nan_to_num(0.0)  # not in place: softmax's backward reads its output
-
-
-def sdpa(query, keys, values, attention_mask=None, dropout: float = 0.0) -> torch.Tensor:
-    """`F.scaled_dot_product_attention`; on a CPU under bfloat16 autocast computed in float32 and cast back to
-    bfloat16: PyTorch's CPU kernels took 1.8-2.5x longer in bfloat16 than in float32 at a base training step's
-    attention shapes (the float32 result is the more precise one)."""
-    if query.dtype == torch.bfloat16 and query.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-        with torch.autocast("cpu", enabled=False):
-            attended = F.scaled_dot_product_attention(query.float(), keys.float(), values.float(),
-                                                      attn_mask=attention_mask, dropout_p=dropout)
-        return attended.to(query.dtype)
-    return F.scaled_dot_product_attention(query, keys, values, attn_mask=attention_mask, dropout_p=dropout)
-
-
-def decoding_step_attention(query, keys, values, attention_mask=None):
-    """Attention as two batched matrix products, what SDPA returns. values (B, H, Tk, e)."""
-    return torch.matmul(attention_weights(query, keys, attention_mask), values)  # (B, H, Tq, e)
-
-
-class MultiHeadAttention(nn.Module):
-    """Scaled dot-product attention over `num_heads` heads (Vaswani et al. §3.2).
-
-    Self-attention projects queries, keys and values with one fused matmul (`qkv_proj`) and caches
-    keys/values in `past_key_values.self_attention_cache`; cross-attention projects keys and values
-    of the encoder output with one matmul (`kv_proj`) once per generation and reuses them
-    (`is_updated[layer_idx]`). SDPA computes the attention unless the model is set to "eager"
-    (`attn_implementation="eager"`) or the weights are asked for (`output_attentions`), or at a CPU decoding
-    step over many rows (`is_decoding_step`), where two matrix products are faster.
-
-    Cross-attention keys of fewer rows than the queries belong to sentences whose consecutive decoder rows (beams)
-    share them (`TranslationEncoderOutput.rows_per_sentence`): each sentence's queries attend as one sequence over
-    its one copy of the keys, the same numbers at a fraction of the memory traffic.
-    """
-
-    def __init__(self, config: TranslationTransformerConfig, num_heads: int, layer_idx: int, is_cross_attention: bool = False):
-        super().__init__()
-        d_model = config.d_model
-        self.config = config  # read at call time: `model.set_attn_implementation()` changes it
-        self.num_heads, self.head_dim = num_heads, d_model // num_heads
-        self.dropout, self.layer_idx, self.is_cross_attention = config.attention_dropout, layer_idx, is_cross_attention
-        if is_cross_attention:
-            self.q_proj = nn.Linear(d_model, d_model)
-            self.kv_proj = FusedLinear(d_model, d_model, blocks=2)
-        else:
-            self.qkv_proj = FusedLinear(d_model, d_model, blocks=3)
-        self.out_proj = nn.Linear(d_model, d_model)
-
-    def split_heads(self, x: torch.Tensor, parts: int = 1):  # (B, T, parts * d) -> parts x (B, H, T, d/H)
-        return x.unflatten(-1, (parts, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4).unbind(0)
-
-    def cross_keys_values(self, encoder_output: torch.Tensor, cache: EncoderDecoderCache | None):
-        if cache is not None and cache.is_updated.get(self.layer_idx):
-            cached = cache.cross_attention_cache.layers[self.layer_idx]
-            return cached.keys, cached.values
-        keys, values = self.split_heads(self.kv_proj(encoder_output), 2)  # (B, H, S, d/H) each
-        if cache is not None:
-            fit_static_layer(cache.cross_attention_cache, self.layer_idx, keys.shape[0])
-            keys, values = cache.cross_attention_cache.update(keys, values, self.layer_idx)
-            cache.is_updated[self.layer_idx] = True
-        return keys, values
-
-    def queries_keys_values(self, hidden_states, key_value_states, cache: EncoderDecoderCache | None):
-        if self.is_cross_attention:
-            (query,) = self.split_heads(self.q_proj(hidden_states))
-            return (query, *self.cross_keys_values(key_value_states, cache))
-        query, keys, values = self.split_heads(self.qkv_proj(hidden_states), 3)
-        if cache is not None:
-            keys, values = cache.self_attention_cache.update(keys, values, self.layer_idx)
-        return query, keys, values
-
-    def forward(self, hidden_states, attention_mask=None, key_value_states=None, past_key_values=None, output_attentions=False):
-        query, keys, values = self.queries_keys_values(hidden_states, key_value_states, past_key_values)  # (B, H, T, d/H)
-        # > 1: beams sharing their sentence's cross-attention keys; an empty batch has no sentences to share them
-        rows_per_sentence = query.shape[0] // keys.shape[0] if keys.shape[0] else 1
-        if rows_per_sentence > 1:
-            query = fold_rows(query, rows_per_sentence)  # (sentences, H, beams * Tq, d/H)
-        dropout = self.dropout if self.training else 0.0
-        if output_attentions or self.config._attn_implementation == "eager":  # SDPA does not return the weights
-            attended, weights = self.eager_attention(query, keys, values, attention_mask, dropout)
-        elif dropout == 0.0 and is_decoding_step(query, hidden_states):
-            weights = None
-            attended = decoding_step_attention(query, keys, values, attention_mask)
-        else:
-            weights = None
-            attended = sdpa(query, keys, values, attention_mask, dropout)
-        if rows_per_sentence > 1:
-            attended = unfold_rows(attended, rows_per_sentence)
-            weights = unfold_rows(weights, rows_per_sentence) if weights is not None else None
-        return self.out_proj(attended.transpose(1, 2).flatten(2)), weights  # (B, Tq, d)
-
-    def eager_attention(self, query, keys, values, attention_mask, dropout: float):
-        """softmax(Q K^T / sqrt(d_head)) V written out; returns the output and the weights (B, H, Tq, Tk)."""
-        weights = F.dropout(attention_weights(query, keys, attention_mask), dropout, self.training)
-        return weights @ values, weights
-
-
-# ---------------------------------------------------------------------------------------------
-# 2. The layer interface
-# ---------------------------------------------------------------------------------------------
 
 
 class LayerState(NamedTuple):
@@ -409,29 +102,22 @@ class LayerOutput(NamedTuple):
 
 
 class TranslationLayer(GradientCheckpointingLayer):
-    """The base of every encoder and decoder layer. Calls (tensors positional, so that any checkpoint
-    function, reentrant or not, sees them; everything else by keyword):
+    """The base of every encoder and decoder layer; tensors positional, for checkpoint functions:
 
         encoder layer:  layer(hidden_states, cell, attention_mask=..., output_attentions=...)
-                        -> LayerOutput(output, cell, self-attention weights)
         decoder layer:  layer(hidden_states, cell, encoder_hidden_states, attention_mask=..., encoder_attention_mask=...,
                               past_key_values=..., output_attentions=...)
-                        -> LayerOutput(output, cell, self-attention weights, cross-attention weights)
+        -> LayerOutput(output, cell, self-attention weights[, cross-attention weights])
 
-    `hidden_states` (B, T, d) is what enters the layer: the state's output from the layer below (o_{l-1}), or
-    what the stack's depth connection made of the layers below; `cell` is the depth-wise LSTM's c_{l-1} (None
-    for the residual members).
-
-    `initial_state(embeddings)` is the state entering the first layer. Under `model.activation_checkpointing_enable()`
-    transformers' `GradientCheckpointingLayer` recomputes the layer in the backward pass."""
+    `hidden_states` (B, T, d): what the depth connection made of the layers below (o_{l-1} by
+    default); `cell`: the depth-wise LSTM's c_{l-1}, None for the residual members. `initial_state`
+    is the state entering the first layer."""
 
     def initial_state(self, embeddings: torch.Tensor) -> LayerState:
         return LayerState(output=embeddings)
 
 
-# ---------------------------------------------------------------------------------------------
-# 3. Connections across a stack
-# ---------------------------------------------------------------------------------------------
+# 3. Connections across a stack --------------------------------------------------------------------
 
 
 class LayerCombination(nn.Module):
@@ -480,29 +166,24 @@ class TopEncoderLayer(nn.Module):
 
 @dataclass
 class TranslationEncoderOutput(BaseModelOutput):
-    """`BaseModelOutput` plus, for decoders that read every encoder layer (transparent attention),
-    `layer_outputs` (batch, source length, encoder_layers + 1, d_model): the embeddings, each layer's
-    output and the final output, i.e. `hidden_states` stacked. A top-level tensor, so `generate()`
-    expands it for beams like `last_hidden_state`. None for every other member.
-    `target_language` (batch,): each sentence's target language (`TargetLanguage.rows`) for a language-aware
-    model's decoder, expanded for beams the same way; None for other models.
-    `rows_per_sentence`: set by generate(), which keeps one copy of the encoder output per sentence for beam search
-    and gives it to that many consecutive decoder rows (the sentence's beams); None: one decoder row per sentence."""
+    """`BaseModelOutput` plus `layer_outputs` (B, S, encoder_layers + 1, d), `hidden_states`
+    stacked, for decoders that read every encoder layer (transparent attention); `target_language`
+    (B,), each sentence's, for a language-aware decoder; `rows_per_sentence`, set by generate() when
+    a sentence's consecutive decoder rows (its beams) share its one copy of the encoder output.
+    Tensors at the top level, so generate() expands them."""
 
     layer_outputs: torch.FloatTensor | None = None
     target_language: torch.LongTensor | None = None
     rows_per_sentence: int | None = None
 
 
-# ---------------------------------------------------------------------------------------------
-# 4. Stacks
-# ---------------------------------------------------------------------------------------------
+# 4. Stacks ----------------------------------------------------------------------------------------
 
 
 class TranslationStack(nn.Module):
-    """What both stacks are made of: embeddings, `num_layers` layers of `layer_class` joined by a
-    `depth_connection_class`, and a final LayerNorm. Each stack tells the model's `TargetLanguage` the sentences'
-    target languages before its layers run (a no-op unless the model is language-aware)."""
+    """Embeddings, `num_layers` layers of `layer_class` joined by a `depth_connection_class`, a
+    final LayerNorm. Each stack sets the model's `TargetLanguage` before its layers run (a no-op
+    unless it is language-aware)."""
 
     reads_target_language = True
 
@@ -517,14 +198,13 @@ class TranslationStack(nn.Module):
 
 
 class TranslationEncoder(TranslationStack):
-    """The encoder stack. `exports_layer_outputs`: also return every layer's output stacked (for
-    transparent attention). With `language_aware_transform` the output the decoder attends to is H W_t (LaLT;
-    `hidden_states[-1]` is H), and the output carries each sentence's `target_language` for the decoder."""
+    """The encoder stack. `exports_layer_outputs`: also return every layer's output stacked
+    (transparent attention). With LaLT the decoder attends to H W_t (`hidden_states[-1]` is H)."""
 
     def __init__(self, config: TranslationTransformerConfig, *, exports_layer_outputs: bool = False, **parts):
         super().__init__(config, config.encoder_layers, **parts)
         self.exports_layer_outputs = exports_layer_outputs
-        self.language_transform = LanguageAwareTransform(config) if config.language_aware_transform else nn.Identity()
+        self.language_transform = make_language_transform(config)
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None) -> TranslationEncoderOutput:
@@ -555,11 +235,10 @@ class TranslationEncoder(TranslationStack):
 
 
 class TranslationDecoder(TranslationStack):
-    """The decoder stack (layers with masked self-attention and cross-attention). With a cache only the new
-    positions are computed: the depth-wise state is per position, so the attention KV cache is all that
-    carries over between steps. `encoder_hidden_states` is what `cross_attention_source` (built by the model, registered here so
-    that its weights keep their checkpoint names) reads: the encoder output (B, S, d), or for transparent
-    attention every encoder layer's output (B, S, L_enc+1, d)."""
+    """The decoder stack. With a cache only the new positions are computed (the depth-wise state is
+    per position). `encoder_hidden_states`: what `cross_attention_source` (built by the model,
+    registered here for its checkpoint names) reads: the encoder output (B, S, d), or every encoder
+    layer's output (B, S, L_enc+1, d)."""
 
     def __init__(self, config: TranslationTransformerConfig, *, cross_attention_source: nn.Module, **parts):
         super().__init__(config, config.decoder_layers, **parts)
@@ -573,14 +252,11 @@ class TranslationDecoder(TranslationStack):
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states` (the encoder's output).")
-        if target_language is not None and rows_per_sentence > 1:
-            target_language = target_language.repeat_interleave(rows_per_sentence)
-        self.target_language.use(target_language)  # (B,) rows, one per decoder row: LaLN's in every layer
+        self.target_language.use(target_language, rows_per_sentence)  # LaLN's in every layer
         past_key_values = cache_argument(past_key_values, cache)
         if self.training and torch.is_grad_enabled() and any(getattr(layer, "gradient_checkpointing", False) for layer in self.layers):
-            # A checkpointed layer runs again in the backward pass and would write its keys and values into the
-            # cache twice. GradientCheckpointingLayer drops the cache only under its own version's keyword, so the
-            # decoder does it, as transformers' models turn `use_cache` off under gradient checkpointing.
+            # A checkpointed layer runs again in the backward pass and would write the cache
+            # twice (GradientCheckpointingLayer drops it under its own version's keyword only).
             if use_cache or past_key_values is not None:
                 logger.warning_once("Caching is incompatible with gradient checkpointing: the decoder runs without a cache.")
             use_cache, past_key_values = False, None
@@ -626,17 +302,14 @@ class TranslationDecoder(TranslationStack):
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# 5. Hugging Face models
-# ---------------------------------------------------------------------------------------------
+# 5. Hugging Face models ---------------------------------------------------------------------------
 
 
 class TranslationTransformerPreTrainedModel(LoraReachCheck, PreTrainedModel):
-    """Initialisation as in the papers' toolkits (docs/members.md): Xavier-uniform projections with zero
-    biases, embeddings N(0, d_model^-1/2), LayerNorm weight 1 and bias 0. Any other module with
-    parameters or buffers to set defines `init_parameters()` (under no_grad, with `transformers.initialization`
-    functions, which skip weights loaded from a checkpoint). LoRA adapters are checked as PEFT attaches them
-    (`lora.LoraReachCheck`)."""
+    """Initialisation as in the papers' toolkits: Xavier-uniform projections with zero biases,
+    embeddings N(0, d_model^-1/2), LayerNorm 1 and 0; another module with parameters or buffers
+    defines `init_parameters()` (with `transformers.initialization`, which skips loaded weights).
+    LoRA adapters are checked as PEFT attaches them."""
 
     config_class = TranslationTransformerConfig
     base_model_prefix = "model"
@@ -663,19 +336,16 @@ class TranslationTransformerPreTrainedModel(LoraReachCheck, PreTrainedModel):
             module.init_parameters()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Also name the translation pipeline (transformers 5 dropped the task) in `config.json`'s
-        `custom_pipelines`, so that `pipeline("translation", model=save_directory, trust_remote_code=True)` works
-        anywhere: its file, pipeline_translation.py, is written with the model's code, whether this model came from
-        the package or from remote code. A vocabulary shortlist (`shortlist`) is written beside the weights
-        (`shortlist.safetensors`), first, so that a push to the Hub carries it; without one, a shortlist already in the
-        folder (another model's) is deleted. An int8-prepared model is refused
-        before anything is written: its int8 weights would load back as floats, silently wrong."""
-        # Imported here so that loading a model does not import transformers.pipelines (seconds). transformers reads
-        # relative imports from the source text, this one included, so the file still travels with the model code:
-        # into the remote-code cache when the model is loaded, and beside the weights whenever it is saved.
+        """Also name the translation pipeline in `config.json`'s `custom_pipelines` (transformers 5
+        dropped the task), so that `pipeline("translation", model=save_directory,
+        trust_remote_code=True)` works anywhere, and write the vocabulary shortlist beside the
+        weights first (a push carries it) or delete another model's. An int8-prepared model is
+        refused before anything is written: it would load back silently wrong."""
+        # Imported here: loading a model need not import transformers.pipelines (seconds). The
+        # file still travels with the model code (transformers reads imports from the source).
         from .pipeline_translation import translation_pipeline_entries
 
-        if any(is_quantized(module) for module in linear_modules(self)):
+        if has_quantized_projections(self):
             raise ValueError("This model was quantised to int8 for inference (precision.prepare_for_inference) and "
                              "cannot be saved: save the float32 model, and prepare it again after loading.")
         others = {task: entry for task, entry in (getattr(self.config, "custom_pipelines", None) or {}).items()
@@ -687,8 +357,7 @@ class TranslationTransformerPreTrainedModel(LoraReachCheck, PreTrainedModel):
             self.shortlist.save(shortlist_path)
         elif os.path.isfile(shortlist_path) and kwargs.get("is_main_process", True):
             os.remove(shortlist_path)  # another model's: it would be loaded with this one
-        # FSDP2 (`fully_shard`) gives a sharded model a subclass defined in torch: the code saved beside the weights
-        # and config.json's auto_map must name this family's class, not torch's files.
+        # FSDP2 (`fully_shard`) gives a sharded model a subclass defined in torch: save ours instead.
         sharded_class = type(self)
         self.__class__ = next(cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch."))
         try:
@@ -698,12 +367,10 @@ class TranslationTransformerPreTrainedModel(LoraReachCheck, PreTrainedModel):
 
 
 class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
-    """The bare encoder-decoder: token ids in, the decoder's last hidden states out.
-
-    A member names its parts: `encoder_layer_class` / `decoder_layer_class` (or `layer_classes(config)`
-    when an option picks them), and, where it changes them, `depth_connection_class` (how a stack
-    feeds each layer from the earlier ones) and `cross_attention_source_class` (what each decoder layer
-    attends over). The model builds the cross-attention source and tells the encoder what to return for it."""
+    """The bare encoder-decoder: token ids in, the decoder's last hidden states out. A member names
+    its parts: `encoder_layer_class` / `decoder_layer_class` (or `layer_classes(config)`), and where
+    it changes them `depth_connection_class` (how a stack feeds each layer) and
+    `cross_attention_source_class` (what each decoder layer attends over)."""
 
     encoder_layer_class: type | None = None
     decoder_layer_class: type | None = None
@@ -722,7 +389,7 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
         super().__init__(config)
         encoder_layer_class, decoder_layer_class = self.layer_classes(config)
         self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.target_language = TargetLanguage(config) if config.language_aware else NoTargetLanguage()
+        self.target_language = make_target_language(config)
         shared_modules = SharedModules()  # lets share_gates="global" reach across both stacks
         cross_attention_source = self.cross_attention_source_class(config)
         self.encoder = TranslationEncoder(
@@ -734,12 +401,9 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
             config, token_embedding=self.shared, shared_modules=shared_modules, layer_class=decoder_layer_class,
             depth_connection_class=self.depth_connection_class, cross_attention_source=cross_attention_source,
         )
-        for module in self.modules():  # the stacks and the language-aware parts read one TargetLanguage
-            if getattr(module, "reads_target_language", False):
-                attach_shared(module, "target_language", self.target_language, owned=False)
-        # The layer classes this config builds, not every class a member may build: accelerate's FSDP wraps each
-        # class named here and refuses one the model lacks. Declared here only: post_init() gives a model that
-        # holds this one (`...ForConditionalGeneration`) its children's.
+        self.target_language.share_with(self)
+        # The layer classes this config builds: accelerate's FSDP wraps each class named here and
+        # refuses one the model lacks. post_init() gives a model holding this one its children's.
         self._no_split_modules = sorted({encoder_layer_class.__name__, decoder_layer_class.__name__})
         self.post_init()
 
@@ -797,16 +461,11 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
 
 
 class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTrainedModel, GenerationMixin):
-    """The translation model: `base_model_class` plus the output projection (tied to the embeddings) and the
-    label-smoothed cross-entropy of the papers (smoothing `config.label_smoothing`, padding ignored).
-
-    `generate()` decodes greedy and beam search with `generation_translation`'s loop (transformers' own with
-    `lean_decoding=False`, and wherever an option needs it), optionally restricted to the model's vocabulary
-    shortlist (`shortlist`, a `generation_translation.Shortlist` saved beside the weights; `use_shortlist=True`).
-
-    A training step (train mode, labels, gradients on) computes the loss fused with the output projection
-    (`loss.py`): the (batch, length, vocabulary) logits are never materialised and the output's `logits` is
-    None. Evaluation, `generate()` and `torch.no_grad()` calls return the logits as usual."""
+    """The translation model: `base_model_class`, the output projection (tied to the embeddings) and
+    the papers' label-smoothed cross-entropy. `generate()` runs `generation_translation`'s loop,
+    optionally over the vocabulary `shortlist` saved beside the weights (`use_shortlist=True`). A
+    training step computes the loss fused with the output projection (`loss.py`) and returns no
+    `logits`; other calls return them as usual."""
 
     base_model_class: type = TranslationTransformerModel
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
@@ -877,23 +536,22 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
 
     @staticmethod
     def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.Tensor) -> EncoderDecoderCache:
-        """Beam search: follow the surviving beams in the self-attention cache only. The cross-attention
-        keys/values are the same for every beam of a sentence and beams never move between sentences, so
-        the default (reordering both caches) copies them every step for nothing."""
+        """Beam search: reorder the self-attention cache only; a sentence's beams share its
+        cross-attention keys and values, and beams never move between sentences."""
         past_key_values.self_attention_cache.reorder_cache(beam_idx)
         return past_key_values
 
     def _expand_inputs_for_generation(self, expand_size: int = 1, is_encoder_decoder: bool = False, input_ids=None,
                                       **model_kwargs):
-        """generate()'s copies of each sentence's inputs for its beams (or returned sequences), but for the encoder
-        output and its mask: those stay one per sentence, marked `rows_per_sentence`, and the cross-attention
-        computes each sentence's keys and values once for all its beams instead of once per beam. Where the encoder
-        output is asked for (attentions or hidden states), or is not this package's, every input is copied."""
-        # A private hook, kept: generate() copies every tensor of `encoder_outputs` here, before `custom_generate`
-        # sees them, so undoing it in lean_search would still make and hold the (rows x beams) copy through the
-        # decode, and transformers' loop (the fallback) would lose the sharing. It is a static method up to 5.12 and
-        # a method in 5.24: super() calls either. If a release stops calling it, the beams read copies (the same
-        # tokens) and the decoding suite's test of the cross-attention's rows fails in the version matrix.
+        """generate()'s copies of each sentence's inputs for its beams, but for the encoder output
+        and its mask: one per sentence, marked `rows_per_sentence`, so that cross-attention computes
+        their keys and values once. Where the encoder's attentions or hidden states are asked for,
+        or the output is not ours, everything is copied."""
+        # A private hook, kept: generate() copies every tensor of `encoder_outputs` here, before
+        # `custom_generate` sees them, so undoing it in our loop would still make the (rows x beams)
+        # copy, and transformers' loop would lose the sharing. A static method up to 5.12, a method
+        # in 5.24: super() calls either. If a release stops calling it, the beams read copies (the
+        # same tokens) and the decoding suite's test of the cross-attention's rows fails.
         encoder_outputs = model_kwargs.get("encoder_outputs")
         if (expand_size == 1 or not isinstance(encoder_outputs, TranslationEncoderOutput)
                 or encoder_outputs.attentions is not None or encoder_outputs.hidden_states is not None):
@@ -908,31 +566,13 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     def generate(self, inputs=None, **kwargs):
-        """`GenerationMixin.generate`, refusing sources without a single token: decoding them would only
-        produce a hallucination (a model has nothing to translate). The translation pipeline and
-        `evaluate_translation.py` give an empty source the empty translation without calling this."""
-        input_ids = kwargs.get("input_ids", inputs)
-        attention_mask = kwargs.get("attention_mask")
-        if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and kwargs.get("encoder_outputs") is None:
-            if attention_mask is None:
-                attention_mask = kwargs["attention_mask"] = self.mask_from_padding(input_ids)
-            lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full(input_ids.shape[:1], input_ids.shape[1])
-            empty = (lengths == 0).nonzero().flatten().tolist()
-            if empty:
-                raise ValueError(
-                    f"Source sentences {empty} have no tokens (zero length or every position masked). An empty "
-                    "source has the empty translation: leave it out (the translation pipeline and "
-                    "evaluate_translation.py do so and return '')."
-                )
-        for name, default in DECODING_OPTIONS.items():  # so that generate(..., use_shortlist=True) is a generation option
-            if not hasattr(self.generation_config, name):
-                setattr(self.generation_config, name, default)
+        """`GenerationMixin.generate` through this family's decoding loop (`translation_generate`)."""
         return translation_generate(self, inputs, **kwargs)
 
     def mask_from_padding(self, input_ids: torch.Tensor) -> torch.Tensor | None:
-        """The attention mask of padded sources given without one: transformers 5 no longer derives it from the pad id
-        for encoder-decoder models, so the padded sentences of a batch would attend to their padding and translate
-        differently than alone. None when nothing is padded (or the pad id is the end-of-sentence id)."""
+        """The attention mask of padded sources given without one (transformers 5 no longer derives
+        it), so that a padded sentence translates as alone. None when nothing is padded or the pad
+        id is the end-of-sentence id."""
         pad, eos = self.config.pad_token_id, self.config.eos_token_id
         if pad is None or pad == eos or not bool((input_ids == pad).any()):
             return None

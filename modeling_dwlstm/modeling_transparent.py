@@ -28,6 +28,7 @@ from .modeling_translation import LayerCombination
 # a model's own file imports (later releases follow the imports further): the files that
 # modeling_translation.py needs are named here too.
 if TYPE_CHECKING:
+    from .building_blocks import MultiHeadAttention  # noqa: F401
     from .generation_translation import Shortlist  # noqa: F401
     from .language_aware import TargetLanguage  # noqa: F401
     from .lora import LoraReachCheck  # noqa: F401

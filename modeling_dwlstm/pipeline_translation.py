@@ -15,7 +15,9 @@ Because of the second use this file is loaded as standalone remote code: it impo
 """
 
 import copy
+import logging
 import re
+import unicodedata
 from collections.abc import Iterable
 
 import torch
@@ -40,26 +42,24 @@ LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(?:_[A-Za-z0-9]+)*")  # en, yue, zh_Ha
 LANGUAGE_TAG = re.compile(r"<2[A-Za-z]{2,3}(?:_[A-Za-z0-9]+)*>")
 TASK_LANGUAGES = re.compile(r"translation_(?P<src>.+?)_to_(?P<tgt>.+)")
 
+logger = logging.getLogger(__name__)
+
 
 class TranslationPipeline(Pipeline):
-    """Translate text with a sequence-to-sequence model, as transformers 4's `TranslationPipeline` did.
+    """Translate text with a sequence-to-sequence model, as transformers 4's pipeline did.
 
-    `translator("text")` gives `[{"translation_text": ...}]`; a list of texts gives one such list per
-    text, flattened to one dict per text when each has a single translation. Generation kwargs
-    (`num_beams`, `max_new_tokens`, `num_return_sequences`, ...) go to `generate()`. The target language
-    comes from `tgt_lang` or from a task name like `translation_en_to_de`; when the tokenizer has a tag
-    `<2xx>` for it, the tag is put in front of the source (multilingual models). `src_lang` matters only
-    for tokenizers that set language codes themselves (mBART, M2M100, NLLB), as in transformers 4, and for
-    checking a multilingual model's direction.
+    `translator("text")` gives `[{"translation_text": ...}]` (one per text for a list); generation
+    kwargs go to `generate()`. The target language comes from `tgt_lang` or a task name like
+    `translation_en_to_de`; where the tokenizer has a tag `<2xx>` for it, the tag goes in front of
+    the source. `src_lang` matters for tokenizers that set language codes themselves (mBART, M2M100,
+    NLLB) and for checking a multilingual model's direction.
 
-    A multilingual model (its tokenizer reserves `<2xx>` tags, its config's `language_pairs` name several
-    target languages) needs a target language (a many-to-one model's one target is taken when none is given;
-    a model with tags and no `language_pairs` refuses to guess), and refuses with a
-    `ValueError` naming its languages and trained directions a target without a tag or a source outside its
-    languages; directions between two of its languages it was not trained on (zero-shot) are allowed. One
-    call may mix directions: give inputs as `{"text": ..., "tgt_lang": ..., "src_lang": ...}` dicts. Any other
-    model whose config names its `language_pairs` refuses a direction outside them, naming them. A task that
-    names a direction (`translation_de_to_fr`) is checked when the pipeline is created.
+    A multilingual model needs a target language (a many-to-one model's one target is taken) and
+    refuses, naming its languages, a target without a tag or a source outside its languages;
+    zero-shot directions between two of them are allowed, and one call may mix directions (inputs as
+    `{"text": ..., "tgt_lang": ..., "src_lang": ...}`). Any model whose config names
+    `language_pairs` refuses a direction outside them, a task's direction (`translation_de_to_fr`)
+    as the pipeline is created.
     """
 
     _pipeline_calls_generate = True
@@ -91,6 +91,12 @@ class TranslationPipeline(Pipeline):
         """
         if inputs is None:
             raise ValueError("The translation pipeline needs a text or a list of texts, got None.")
+        if isinstance(inputs, tuple):  # the tokenizer would read a tuple as one pre-tokenized text
+            inputs = list(inputs)
+        if not isinstance(inputs, (str, dict, list, Iterable)) or isinstance(inputs, (bytes, bytearray)):
+            raise ValueError(f"The translation pipeline translates a string, a list of strings (or of "
+                             f"{{'text': ..., 'tgt_lang': ...}} dicts) or an iterable of them; got a "
+                             f"{type(inputs).__name__}.")
         if not isinstance(inputs, (str, dict, list)):  # generators, datasets: streamed by the base class as is
             return super().__call__(inputs, **kwargs)
         items = [inputs] if isinstance(inputs, (str, dict)) else inputs
@@ -102,6 +108,7 @@ class TranslationPipeline(Pipeline):
                                  f"dicts); item {index} is a {type(item).__name__}"
                                  + (f" whose 'text' is a {type(text).__name__}." if isinstance(item, dict) else "."))
             texts.append(text)
+        self._warn_about_decomposed_text(texts)
         to_translate = [item for item, text in zip(items, texts) if text.strip()]
         translated = iter(super().__call__(to_translate, **kwargs) if to_translate else [])
         empty = self._empty_translations(kwargs)
@@ -111,6 +118,22 @@ class TranslationPipeline(Pipeline):
         if all(len(translations) == 1 for translations in result):
             return [translations[0] for translations in result]
         return result
+
+    def _warn_about_decomposed_text(self, texts: list[str]) -> None:
+        """A tokenizer saved before NFC normalization was added reads decomposed accents ("u" + combining
+        diaeresis) as they are, mostly as <unk>: say so, as the evaluation does, rather than translate them badly."""
+        if not hasattr(self, "_composes"):
+            backend = getattr(self.tokenizer, "backend_tokenizer", None)
+            normalizer = backend.normalizer if backend is not None else None
+            # Slow tokenizers (SentencePiece) normalize themselves; a fast one without a normalizer does not.
+            self._composes = backend is None or (normalizer is not None
+                                                 and normalizer.normalize_str("u\u0308") == "\u00fc")
+        count = 0 if self._composes else sum(not unicodedata.is_normalized("NFC", text) for text in texts)
+        if count:
+            logger.warning("%d of %d texts are not in Unicode NFC (decomposed accents), and this model's tokenizer, "
+                           "saved before NFC normalization was added, reads them as they are (mostly <unk>): convert "
+                           "them to NFC (unicodedata.normalize('NFC', text)), or train a new tokenizer.",
+                           count, len(texts))
 
     def _empty_translations(self, kwargs) -> list[dict]:
         """What an empty text translates to: as many empty records as `num_return_sequences` asks for."""
@@ -148,6 +171,10 @@ class TranslationPipeline(Pipeline):
         inputs = self.tokenizer(text, truncation=truncation, return_tensors="pt")
         inputs.pop("token_type_ids", None)
         tag_id = self._language_tag_id(tgt_lang)
+        first = self.tokenizer.convert_ids_to_tokens(int(inputs["input_ids"][0, 0])) if inputs["input_ids"].numel() else ""
+        if tag_id is not None and LANGUAGE_TAG.fullmatch(first or "") and first != f"<2{tgt_lang}>":
+            raise ValueError(f"The text starts with the tag {first} but tgt_lang is {tgt_lang!r}: take the tag out of "
+                             "the text (tgt_lang puts its own in front).")
         if tag_id is not None and inputs["input_ids"][0, 0] != tag_id:  # not when the text starts with the tag
             inputs["input_ids"] = torch.cat([torch.tensor([[tag_id]]), inputs["input_ids"]], dim=1)
             inputs["attention_mask"] = torch.cat([torch.ones(1, 1, dtype=torch.long), inputs["attention_mask"]], dim=1)

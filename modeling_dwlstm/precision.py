@@ -1,53 +1,28 @@
 """Low precision for inference: bfloat16 weights and int8 dynamic quantisation of every projection.
 
-`prepare_for_inference(model, quantize="int8")` changes a loaded translation model in
-place and returns it: still a normal `PreTrainedModel`, so `generate()`, `translate_sentences`,
-`scripts/evaluate_translation.py --dtype bfloat16 --quantize int8` and the translation pipeline take it:
-
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
-    import modeling_dwlstm
-    from modeling_dwlstm.precision import prepare_for_inference
+`prepare_for_inference(model, quantize="int8")` changes a loaded model in place and returns it,
+still a `PreTrainedModel` that `generate()`, the translation pipeline and `dwlstm-evaluate` take:
 
     model = prepare_for_inference(AutoModelForSeq2SeqLM.from_pretrained("my-model"), quantize="int8")
     translator = pipeline("translation_en_to_de", model=model, tokenizer=AutoTokenizer.from_pretrained("my-model"))
 
-`prepare_for_inference(model, precision="auto")` takes the precision measured fastest on this CPU's class
-(`CPU_CLASSES`: bfloat16 with AMX, int8 with VNNI or AVX2, float32 elsewhere; bfloat16 on a GPU); `precision`
-also names one path ("float32", "bfloat16", "int8", "bfloat16+int8") instead of dtype and quantize.
+`precision="auto"` takes the precision measured fastest on this CPU's class (`CPU_CLASSES`; bfloat16
+on a GPU).
 
-(bfloat16 alone needs nothing of this module: `pipeline("translation_en_to_de", model="my-model",
-trust_remote_code=True, dtype=torch.bfloat16)` loads the weights in bfloat16.)
+- bfloat16: every parameter and buffer cast (faster than autocast in every model we measured, and
+  half the memory); beams are scored on float32 logits. Only CPUs with native bfloat16 (AVX-512
+  BF16, AMX) gain speed.
+- int8: every `nn.Linear`, subclasses included (the fused attention projections, the depth-wise LSTM
+  gates, and the output projection unless `quantize_output_projection=False`: a third of a decode
+  step at a 32k vocabulary, for no measurable BLEU), computes W8A8 with int32 products
+  (`Int8Projection`, `FbgemmInt8Projection`). Each module keeps its place and attributes, so torchao
+  and PEFT still see every projection. Not a library: torchao's dynamic int8 runs no int8 kernel on
+  a CPU, and `quantize_dynamic` is deprecated and skips `nn.Linear` subclasses. Quantising `lm_head`
+  unties it from the embedding. Under torch.compile the fbgemm route's product is the custom
+  operator `fbgemm_unit_range_linear` (torch.compile cannot trace fbgemm's packed weights).
 
-What each option does:
-
-- dtype "bfloat16" (or torch.bfloat16): every parameter and buffer cast to bfloat16 (casting the weights was faster than
-  `torch.autocast` for every model we measured, and it halves the memory). LayerNorm, softmax and attention
-  then run in bfloat16 too; `generate()` scores beams on float32 copies of the logits. Only CPUs with native
-  bfloat16 (avx512_bf16, AMX) gain speed; elsewhere it can be slower than float32 (docs/speed.md).
-- quantize "int8": every `nn.Linear` (subclasses included: the fused attention projections, the depth-wise
-  LSTM gates and the output projection) computes in int8 (W8A8, dynamic): weights int8 per output row
-  (symmetric), activations int8 per token with scales computed at each call, the product accumulated in
-  int32 by `torch._int_mm` and rescaled. The module keeps its place and attributes (a module shared between
-  layers, the gates' `activations`): only its class gains `Int8Projection`'s forward and its weight becomes
-  int8. Why not a library: torchao's dynamic int8 config falls back, on a CPU, to an int32 or float32
-  matmul, so no int8 kernel runs; `torch.ao.quantization.quantize_dynamic` is deprecated and skips every
-  `nn.Linear` subclass. Standard tools still see every projection (torchao's `quantize_`, PEFT's LoRA).
-  On a CPU without VNNI the activations use 7-bit ranges so that u8 x s8 pair sums cannot saturate int16.
-  The int8 path is for CPUs; on a GPU use bfloat16.
-- The output projection (`lm_head`, tied to the token embedding) is quantised too unless
-  `quantize_output_projection=False`: it is about a third of a decode step at a 32k vocabulary, and
-  quantising it cost no measurable BLEU. The quantised weight replaces `lm_head.weight`, which unties it:
-  the embedding keeps its float weights.
-
-- Compiled (`generate(..., compile_decoding=True)`, or torch.compile of a quantised model), the fbgemm route's
-  product runs as this module's custom operator `fbgemm_unit_range_linear`, which torch.compile keeps whole (it
-  cannot trace fbgemm's packed weights); `torch._int_mm` stays an int8 product in compiled graphs as it is.
-
-The measurements behind these choices (speed and BLEU of each route) are in the repository's
-experiments/benchmark/README.md.
-
-A prepared model is for inference: int8 weights take no gradient, and it is not meant to be saved
-(keep the float32 checkpoint and prepare it after loading). Preparing a model twice is refused.
+A prepared model is for inference only: saving it or preparing it again is refused. The
+measurements behind these choices: the repository's docs/speed.md and experiments/speed/README.md.
 """
 
 import functools
@@ -131,7 +106,7 @@ def cpu_features() -> CpuFeatures:
 @dataclass(frozen=True)
 class CpuClass:
     """CPUs that decode alike (`matches`), and the precision whose beam-4 and greedy decoding was measured fastest
-    on them (base models, 6+6 layers; the runs are in docs/inference.md and the repository's experiments/benchmark/)."""
+    on them (base models, 6+6 layers; the runs are in docs/inference.md and the repository's experiments/speed/)."""
 
     name: str
     matches: Callable[[CpuFeatures], bool]
@@ -201,16 +176,12 @@ def fbgemm_available() -> bool:
 def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32", quantize: str = "none",
                           quantize_output_projection: bool = True, allow_slow: bool = False,
                           precision: str | None = None) -> nn.Module:
-    """Cast `model` to `dtype` ("float32" or "bfloat16", or the torch dtype: torch.bfloat16) and, with quantize="int8", quantise every
-    `nn.Linear` to int8 (W8A8, dynamic; the output projection too unless `quantize_output_projection`
-    is False), by the int8 route that is fast on this CPU (`int8_route`). Changes `model` in place, puts it in
-    eval mode and returns it. bfloat16 on a CPU without native bfloat16 is refused (it would decode several
-    times slower than float32) unless `allow_slow` (e.g. to halve the memory).
-
-    `precision` names dtype and quantisation together instead (a key of PRECISIONS: "float32", "bfloat16",
-    "int8", "bfloat16+int8"), or "auto": the precision measured fastest on this CPU's class (`CPU_CLASSES`,
-    `fastest_precision`; bfloat16 on a GPU). The choice is kept in `model.inference_precision`. "auto" does not
-    compile decoding steps (`generate(compile_decoding=True)` is a separate choice)."""
+    """Cast `model` to `dtype` ("float32", "bfloat16" or a torch dtype) and with quantize="int8"
+    quantise every `nn.Linear` by the route fast on this CPU (`int8_route`), in place, in eval mode;
+    returns it. bfloat16 on a CPU without native bfloat16 is refused (several times slower than
+    float32) unless `allow_slow`. `precision` names both instead (a key of PRECISIONS, or "auto":
+    `fastest_precision`), kept in `model.inference_precision`; "auto" does not compile decoding
+    steps."""
     device = next(model.parameters()).device.type
     if precision is not None:
         if (torch_dtype(dtype), quantize) != (torch.float32, "none"):
@@ -218,7 +189,7 @@ def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32"
                              f"and quantize (got dtype={dtype!r}, quantize={quantize!r}).")
         dtype, quantize = precision_settings(precision, device)
     check_precision(dtype, quantize, device, allow_slow)
-    if any(is_quantized(module) for module in linear_modules(model)):
+    if has_quantized_projections(model):
         raise ValueError("The model is already quantised: prepare a freshly loaded model (float32 or bfloat16).")
     model.eval()
     model.to(torch_dtype(dtype))
@@ -280,11 +251,11 @@ class Int8Projection:
 
 
 class FbgemmInt8Projection(Int8Projection):
-    """The same W8A8 product through fbgemm's int8 linear (the "fbgemm" route, for CPUs without int8 dot
-    products), which quantises its input with one scale for the whole batch. To keep a scale per token (so that a
-    sentence translates the same alone or in any batch), each row is divided by its own max |x_t| first, so that
-    every batch lies in [-1, 1]; fbgemm quantises that range with the fixed `UNIT_RANGE_QUANTIZATION` (about 7 bits,
-    so that AVX2's multiply-add pairs cannot saturate int16) and the product is rescaled by max |x_t| after:
+    """The same W8A8 product through fbgemm's int8 linear (the "fbgemm" route, for CPUs without int8
+    dot products). fbgemm takes one input scale per batch; to keep one per token (a sentence
+    translates the same alone or in any batch) each row is scaled into [-1, 1], quantised by the
+    fixed `UNIT_RANGE_QUANTIZATION` (7 bits: AVX2's multiply-add pairs cannot saturate int16), and
+    the product scaled back:
 
         s_t = max|x_t|      y_t = fbgemm(x_t / s_t) * s_t + b
     """
@@ -323,9 +294,8 @@ def _(rows: torch.Tensor, packed_weight_key: int, out_features: int) -> torch.Te
 
 
 def register_packed_weights(model: nn.Module) -> None:
-    """Registers the packed weight of each of `model`'s fbgemm projections for `fbgemm_unit_range_linear`, under
-    its id. `quantize_int8` does it; a copy of a quantised model (`copy.deepcopy` packs new weights) needs it again
-    before torch.compile traces it (compiled decoding does it at every `generate()`)."""
+    """Register each fbgemm projection's packed weight for `fbgemm_unit_range_linear`, under its id:
+    again after `copy.deepcopy` (which packs new weights) before torch.compile traces the copy."""
     for module in model.modules():
         if isinstance(module, FbgemmInt8Projection):
             module.packed_weight_key = id(module.packed_weight)
@@ -351,9 +321,9 @@ def int8_class(linear_class: type, route: str) -> type:
 
 
 def quantize_int8(model: nn.Module, output_projection: bool = True, route: str | None = None) -> nn.Module:
-    """int8 dynamic-activation / int8-weight quantisation of every `nn.Linear` of `model` (and of `lm_head`
-    only when `output_projection`), in place, by `route` ("int_mm" or "fbgemm"; default: `int8_route()`, the
-    fast one on this CPU); see the module docstring."""
+    """W8A8 dynamic quantisation of every `nn.Linear` of `model` (`lm_head` only when
+    `output_projection`), in place, by `route` ("int_mm" or "fbgemm"; default: `int8_route()`, the
+    fast one on this CPU)."""
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 quantisation is for CPU inference; on a GPU use dtype='bfloat16'.")
     route = route or int8_route()
@@ -386,11 +356,10 @@ def _fbgemm_pack(quantized: torch.Tensor, scale: torch.Tensor):
 
 
 def output_rows(linear: nn.Linear, rows: torch.Tensor) -> nn.Linear:
-    """`linear` restricted to the output rows `rows` (a LongTensor of row indices): a new module of the same kind
-    (float, or int8 by either route) whose output is `linear(x)[..., rows]`. The output projection restricted to a
-    vocabulary shortlist. An int8 module keeps its arithmetic: the int32 sums of the selected rows are exact, so its
-    outputs equal the full projection's columns; a float one multiplies in another order (equal to rounding).
-    Anything else (a LoRA wrapper, another library's quantised weight) is refused with a ValueError."""
+    """`linear` restricted to the output rows `rows` (indices), for a vocabulary shortlist: a new
+    module of the same kind (float, or int8 by either route) whose output is `linear(x)[..., rows]`
+    (exactly for int8, to rounding for float). Anything else (a LoRA wrapper, another library's
+    quantised weight) is refused with a ValueError."""
     kind = type(linear)
     if kind is not nn.Linear and kind not in {int8_class(nn.Linear, route) for route in INT8_ROUTES}:
         raise ValueError(f"Only an nn.Linear (float or int8 from quantize_int8) can be restricted to output rows, "
@@ -429,6 +398,11 @@ def is_quantized(module: nn.Linear) -> bool:
     return type(module.weight) not in (nn.Parameter, torch.Tensor) and not is_sharded(module.weight)
 
 
+def has_quantized_projections(model: nn.Module) -> bool:
+    """Whether any projection of `model` is quantised (`is_quantized`)."""
+    return any(is_quantized(module) for module in linear_modules(model))
+
+
 def is_sharded(tensor: torch.Tensor) -> bool:
     """Whether `tensor` is a DTensor, i.e. split over processes (FSDP, tensor parallelism)."""
     if not torch.distributed.is_available():
@@ -442,4 +416,5 @@ __all__ = ["AUTO", "CPU_CLASSES", "DTYPES", "INT8_ROUTES", "PRECISIONS", "QUANTI
            "FbgemmInt8Projection", "Int8Projection", "cpu_class", "fastest_precision", "precision_name",
            "precision_settings",
            "check_precision", "cpu_features", "cpu_has_vnni", "cpuinfo", "int8_route",
-           "prepare_for_inference", "quantize_int8", "linear_modules", "is_quantized", "output_rows", "torch_dtype"]
+           "prepare_for_inference", "quantize_int8", "linear_modules", "is_quantized", "output_rows",
+           "torch_dtype", "has_quantized_projections"]

@@ -1,25 +1,17 @@
 """Joint BPE tokenizer for the modeling_dwlstm translation models.
 
-The papers train one BPE over the source and the target side together ("joint BPE", shared
-embeddings), and the multilingual setup marks the target language with a tag such as ``<2de>`` on
-the source. This module trains such a tokenizer with the `tokenizers` library and wraps it as a
-`PreTrainedTokenizerFast`, so that it saves with `save_pretrained`, loads with
-`AutoTokenizer.from_pretrained` and plugs into the Trainer, the data collators and the pipeline.
+The papers train one BPE over source and target together ("joint BPE", shared embeddings); the
+multilingual setup marks the target language with a tag such as ``<2de>`` on the source. This module
+trains such a tokenizer with `tokenizers` and wraps it as a `PreTrainedTokenizerFast`. Its choices:
 
-Design choices, each for a reason:
-
-- Special tokens ``<s>`` = 0, ``<pad>`` = 1, ``</s>`` = 2, ``<unk>`` = 3: the model config defaults
-  (bos 0, pad 1, eos 2; the decoder starts from pad, as in Marian).
-- Language tags come right after them with fixed ids, in the order given, as special tokens: they
-  are never split, and ``tok("<2de> text")`` equals the tag id followed by ``tok("text")``.
-- Unicode NFC normalization first: "ü" typed as u + combining diaeresis (NFD, what macOS file names and some
-  editors give) is the same token as the precomposed "ü". NFC only merges such canonical equivalents, so the
-  text shown never changes (NFKC would also rewrite full-width forms, ligatures and superscripts). Tokenizers
-  saved before have no normalizer and keep reading text as it is.
-- Metaspace pre-tokenization (a space becomes "▁" and starts the next word) plus isolated
-  punctuation: decoding restores the original spacing without any detokenizer.
-- Every encoded sequence, source and target, ends with ``</s>``: the encoder sees where the
-  sentence ends, and labels teach the decoder to stop.
+- ``<s>`` = 0, ``<pad>`` = 1, ``</s>`` = 2, ``<unk>`` = 3: the config defaults (the decoder starts
+  from pad, as in Marian); the language tags follow as special tokens, never split;
+- NFC normalization, so that "ü" typed as u + combining diaeresis is the precomposed "ü"'s token,
+  and nothing shown changes (NFKC would rewrite ligatures and full-width forms; tokenizers saved
+  before have no normalizer);
+- Metaspace pre-tokenization with isolated punctuation: decoding restores the spacing by itself;
+- every sequence ends with ``</s>``: the encoder sees where the sentence ends, the decoder learns to
+  stop.
 """
 
 import re

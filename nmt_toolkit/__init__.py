@@ -8,7 +8,7 @@
   `metrics` and `metric_translation` (the same scores as `evaluate` modules and Trainer metrics);
 - sharing and deployment: `hub` (model cards, push), `ctranslate2_export`;
 - `quickstart`, `cli` (what the scripts share);
-- `lab`: the research side (benchmarks, the experiment runner, analysis of trained models, plots).
+- `lab`: the research side (speed measurements, the experiment runner, analysis of trained models, plots).
 
 The scripts in the repository's `scripts/` folder are thin wrappers around these functions.
 """

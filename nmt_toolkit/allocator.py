@@ -1,5 +1,5 @@
 """glibc's allocator told to keep the memory a process frees (`keep_freed_memory`): a process-wide setting for a
-decoding process to try. The models do not need it to run; the benchmark (`nmt_toolkit.lab.benchmark`) measures
+decoding process to try. The models do not need it to run; the benchmark (`nmt_toolkit.lab.speed`) measures
 with and without it.
 """
 

@@ -1,53 +1,28 @@
 """Export the residual Transformer baselines to CTranslate2, the inference engine users deploy with.
 
-`export_ctranslate2(model_dir, output_dir, quantization=None)` (what `scripts/export_ctranslate2.py`
-runs) converts a saved residual pre-norm or post-norm model of this family, with its tokenizer, into a
-CTranslate2 model directory:
-
-    import ctranslate2
-    from transformers import AutoTokenizer
+`export_ctranslate2(model_dir, output_dir, quantization=None)` (`dwlstm-export-ctranslate2`)
+converts a saved residual pre-norm or post-norm model, with its tokenizer, into a CTranslate2 model
+directory:
 
     translator = ctranslate2.Translator("my-model-ct2", device="cpu", compute_type="int8")
-    tokenizer = AutoTokenizer.from_pretrained("my-model", trust_remote_code=True)  # or import modeling_dwlstm first
+    tokenizer = AutoTokenizer.from_pretrained("my-model", trust_remote_code=True)
     source = tokenizer.convert_ids_to_tokens(tokenizer("A man is riding a bike.")["input_ids"])
     target = translator.translate_batch([source], beam_size=4)[0].hypotheses[0]
     print(tokenizer.decode(tokenizer.convert_tokens_to_ids(target)))
 
-Those members are standard Transformers, which CTranslate2's `TransformerSpec` describes: the mapping
-below fills it as its own converters do (`ctranslate2.converters.transformers.BartLoader`, whose Marian
-variant the deployment benchmark uses). Ours: fused [q; k; v] and [k; v] projections (CTranslate2's own
-layout), sqrt(d)-scaled embeddings plus the model's position table (sinusoidal or learned, positions from
-0), each sub-layer's LayerNorm before it (pre-norm) or after the residual sum (post-norm), and a final
-LayerNorm on each stack. That last one is where post-norm needs care: CTranslate2's post-norm spec has no
-final LayerNorm, while our post-norm stacks end with one (our choice, docs/members.md; see
-`ResidualTransformerConfig`), so the spec is built as a pre-norm one (which has them) and then flagged
-post-norm; CTranslate2 applies the LayerNorm it is given, as `tests/test_ctranslate2_export.py` checks
-(log-probabilities within 1e-5 and greedy outputs equal to `generate()`'s, for both norm positions). Every
-other member (depth-wise LSTM and RNN, DLCL, transparent attention, highway, ReZero) changes what connects
-the layers, which that spec cannot express: they are refused, and their fast path is
-`precision.prepare_for_inference`.
+The mapping fills CTranslate2's `TransformerSpec` as its own `BartLoader` does. One catch:
+CTranslate2's post-norm spec has no final LayerNorm, while our post-norm stacks end with one
+(docs/members.md), so the spec is built pre-norm and flagged post-norm
+(`tests/test_ctranslate2_export.py` checks the log-probabilities). The other members change what
+connects the layers, which the spec cannot express: they are refused (their fast path is
+`precision.prepare_for_inference`). One float32 export serves every precision (CTranslate2 converts
+at load time); a saved vocabulary shortlist is exported as its vocabulary map (`vmap.txt`).
 
-The export is float32 unless `quantization` says otherwise; CTranslate2 also converts at load time
-(`compute_type="int8"`), so one float32 export serves every precision.
-
-A model saved with a vocabulary shortlist (`scripts/build_shortlist.py`) is exported with the same table as
-CTranslate2's vocabulary map (`vmap.txt`, `nmt_toolkit.shortlist.vocabulary_map_lines`): `translate_batch(...,
-use_vmap=True)` then restricts each batch's output vocabulary to the union `generate(..., use_shortlist=True)`
-decodes over (CTranslate2 always adds `<unk>`, `<s>`, `</s>` and padding, which the table holds too).
-
-Beam search: which setting decodes as `generate()` does. Both engines rank a finished hypothesis by its summed
-token log-probabilities divided by length ** length_penalty, the length counting the final </s> (CTranslate2's
-`scores` equal transformers' `sequences_scores`). They differ in when a sentence's search stops. CTranslate2,
-given a length penalty, stops once `beam_size` hypotheses have finished (its `patience=1`); transformers'
-default `early_stopping=False` goes on while a running hypothesis could still score better, and then finds a
-longer, better-scored translation for a few sentences in a hundred (with `length_penalty=1`: 3-5 of 60-200 in
-our measurements). `generate(..., early_stopping=True)` stops as CTranslate2 does; with `min_new_tokens=1` as
-well (CTranslate2's default `min_decoding_length=1` never ends on the first step) the two decode the same
-translations for any `length_penalty`: `generate_kwargs_like_ctranslate2(beam_size, length_penalty,
-max_decoding_length)` gives those settings, and `tests/test_ctranslate2_export.py` checks them. With
-`length_penalty=0` the two agree whatever `early_stopping` says (both stop once the best hypothesis has
-finished). So a model evaluated with `early_stopping=True` (`model.generation_config.early_stopping = True`) or
-with `length_penalty=0` scores the same with CTranslate2 as its evaluation said.
+Beam search: both engines rank finished hypotheses alike, but CTranslate2 stops once `beam_size`
+have finished while transformers' default `early_stopping=False` searches on (a longer,
+better-scored translation for 3-5 of 60-200 sentences here). `generate_kwargs_like_ctranslate2`
+gives the settings under which both decode the same translations (`early_stopping=True`,
+`min_new_tokens=1`); with `length_penalty=0` they agree anyway.
 """
 
 import tempfile

@@ -1,38 +1,29 @@
 """Parallel corpora for the translation models, from any source, in the Hub's translation schema.
 
 `load_parallel_corpus` returns a `datasets.Dataset` with one column, ``translation``, each row
-``{source_lang: "...", target_lang: "..."}`` (the schema of the Hub's wmt14 / wmt15 / opus-100), read from
+``{source_lang: "...", target_lang: "..."}`` (the schema of the Hub's wmt14 / wmt15 / opus-100),
+read from
 
-- a Hub dataset: ``"wmt14"`` (de-en, fr-en), ``"wmt15"`` (cs-en), ``"opus100"`` (any xx-en pair), or any
-  other Hub id with that schema (``hub_config`` names its configuration);
-- a local folder of aligned text files ``{split}.{lang}`` or ``{split}.{lang}.gz``, one sentence per line
-  (the layout of Multi30k: ``train.en.gz``, ``val.de.gz``, ``test_2016_flickr.fr.gz``, ...), or of
-  ``{split}.jsonl[.gz]`` files; or a folder of such folders, one per language pair, named like the Hub's
-  configurations (``de-en``: OPUS-100's layout);
-- a JSON-lines file, one pair per line, either ``{"translation": {"en": ..., "de": ...}}`` or ``{"en": ..., "de": ...}``.
+- a Hub dataset: ``"wmt14"`` (de-en, fr-en), ``"wmt15"`` (cs-en), ``"opus100"`` (any xx-en pair), or
+  any other Hub id with that schema (``hub_config`` names its configuration);
+- a local folder of aligned files ``{split}.{lang}[.gz]`` (Multi30k's layout) or
+  ``{split}.jsonl[.gz]``, or a folder of such folders, one per language pair named like ``de-en``
+  (OPUS-100's layout);
+- a JSON-lines file of ``{"translation": {"en": ..., "de": ...}}`` or ``{"en": ..., "de": ...}``
+  pairs.
 
-A local corpus is read once into an Arrow file under the `datasets` cache (`corpus_cache_dir`), keyed by the
-files' path, size and modification time, and memory-mapped from there: a corpus of millions of pairs is never
-held in memory, and the next run (and `datasets.map` on it, whose results are cached beside it) starts from the
-cache.
+A local corpus is read once into a memory-mapped Arrow file under the `datasets` cache
+(`corpus_cache_dir`, keyed by the files' path, size and time): millions of pairs are never held in
+memory. The Hub's ``validation`` splits are not the papers' (Xu et al. 2020, §5: WMT14 validates on
+newstest2012+2013, the Hub on newstest2013 alone): for the papers' validation sets use a local
+folder.
 
-Splits of the papers (Xu et al. 2020, §5) and what the Hub offers: WMT14 En-De / En-Fr train on ``train``,
-validate on newstest2012+2013 and test on newstest2014; the Hub's ``validation`` split is newstest2013 alone
-and its ``test`` split newstest2014. WMT15 Cs-En validates on newstest2013 (the Hub's ``validation`` is
-newstest2014) and tests on newstest2015 (``test``). Ask for ``"validation"`` to get the Hub's split; for
-the exact papers' validation sets use a local folder.
-
-Local files are checked strictly, since a silent misalignment ruins a model: mismatched line counts (also
-with `max_pairs`: both files are read to the end), empty sides, missing languages, lone-CR line ends and
-unreadable files raise a ValueError naming the file and the line; a UTF-8 byte-order mark is dropped. A path
-that does not exist is not looked up on the Hub unless it is shaped like a Hub id and the Hub answers.
-`check_unknown_tokens` refuses training pairs that the tokenizer cannot spell (too many ``<unk>``).
-Hub datasets cannot be fixed by the user, so their (few) empty pairs are dropped and counted in the log.
-
-`tokenize_pairs` turns the pairs into ``input_ids`` / ``labels`` and drops the pairs longer than
-`max_length` subword tokens on either side (256 in the papers), logging how many. It encodes with the Rust
-tokenizer's batch encoding straight into Arrow (`encode_pairs`: the ids of the tokenizer's own call), in
-`num_proc` processes, cached.
+Local files are checked strictly, since a silent misalignment ruins a model: mismatched line counts,
+empty sides, missing languages, lone-CR line ends and unreadable files raise a ValueError naming the
+file and the line; `check_unknown_tokens` refuses pairs the tokenizer cannot spell. A Hub dataset's
+few empty pairs are dropped and counted. `tokenize_pairs` encodes the pairs (in `num_proc`
+processes, cached) and drops those longer than `max_length` tokens on either side (256 in the
+papers), logging how many.
 """
 
 import gzip

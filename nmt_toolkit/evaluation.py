@@ -132,10 +132,19 @@ def encode_sources(tokenizer, sources: Sequence[str], language_tags: str | Seque
                    ) -> list[list[int]]:
     """The token ids of `sources`, each with the `<2xx>` tag of its target language in front (`language_tags`: one
     language for all, one per source, or None for no tag); a source that starts with its tag keeps one."""
+    if not sources:  # an empty file: the tokenizer refuses an empty batch
+        return []
     encoded = tokenizer(list(sources), add_special_tokens=True)["input_ids"]
     if language_tags is None or isinstance(language_tags, str):
         language_tags = [language_tags] * len(encoded)
     tag_ids = {language: _language_tag_id(tokenizer, language) for language in set(language_tags)}
+    languages_of = {tag_id: token[2:-1] for token, tag_id in tokenizer.get_vocab().items()
+                    if LANGUAGE_TAG.fullmatch(token)} if any(i is not None for i in tag_ids.values()) else {}
+    for number, (ids, language) in enumerate(zip(encoded, language_tags), 1):
+        other = languages_of.get(ids[0]) if ids else None
+        if tag_ids[language] is not None and other not in (None, language):
+            raise ValueError(f"Source {number} starts with the tag <2{other}> but is to be translated into "
+                             f"{language}: take the tag out of the text (the target language puts its own in front).")
     return [ids if tag_ids[language] is None or ids[:1] == [tag_ids[language]] else [tag_ids[language], *ids]
             for ids, language in zip(encoded, language_tags)]
 

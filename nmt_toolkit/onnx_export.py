@@ -36,7 +36,7 @@ from torch import nn
 from transformers import AutoTokenizer
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from modeling_dwlstm.modeling_translation import MultiHeadAttention
+from modeling_dwlstm.building_blocks import MultiHeadAttention
 from modeling_dwlstm.precision import is_quantized, linear_modules
 
 from .checkpoints import load_saved_model, load_saved_tokenizer

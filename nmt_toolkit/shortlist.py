@@ -142,10 +142,12 @@ def shortlist_from_texts(tokenizer, sources: Sequence[str], targets: Sequence[st
 
 
 def build_shortlist_for_model(model_dir: str, data: str, source_lang: str, target_lang: str, split: str = "train",
-                              max_pairs: int | None = None, output_dir: str | None = None, **options) -> Path:
+                              max_pairs: int | None = None, output_dir: str | None = None, overwrite: bool = False,
+                              **options) -> Path:
     """Build the shortlist of `data`'s `split` for the saved model in `model_dir` (its tokenizer and vocabulary
     size) and write it as `shortlist.safetensors` into `output_dir` (default: `model_dir`, where `from_pretrained`
-    finds it); a folder with a checksum manifest gets it recorded. Returns the file's path."""
+    finds it); a folder with a checksum manifest gets it recorded. A shortlist already there is replaced only with
+    `overwrite`. Returns the file's path."""
     tokenizer = load_saved_tokenizer(model_dir, "--model")
     config = AutoConfig.from_pretrained(model_dir)
     folder = Path(output_dir or model_dir)
@@ -155,6 +157,9 @@ def build_shortlist_for_model(model_dir: str, data: str, source_lang: str, targe
                          f"{', '.join(config.language_pairs)} (its config's language_pairs), not {direction}; a "
                          f"shortlist of another direction allows the wrong language's words. Pass one of its directions.")
     check_writable(folder, "--output_dir" if output_dir else "--model")  # before the counting, not after
+    if (folder / SHORTLIST_FILE).exists() and not overwrite:
+        raise ValueError(f"{folder / SHORTLIST_FILE} exists: pass --overwrite to replace it, or --output_dir to write "
+                         "the new shortlist elsewhere.")
     pairs = load_parallel_corpus(data, source_lang, target_lang, split, max_pairs=max_pairs)["translation"]
     shortlist = shortlist_from_texts(tokenizer, [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs],
                                      config.vocab_size, metadata={"corpus": f"{data} {split} {direction}",

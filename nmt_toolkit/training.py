@@ -1,39 +1,21 @@
-"""Train a translation model with `Seq2SeqTrainer`, by the papers' recipe unless told otherwise (Vaswani et al.
-2017, §5; Xu et al. 2024, §3.1).
+"""Train a translation model with `Seq2SeqTrainer`, by the papers' recipe unless told otherwise
+(Vaswani et al. 2017, §5; Xu et al. 2024, §3.1).
 
-`train_translation(model_args, data_args, training_args)` is what `scripts/train_translation.py` runs
-(``HfArgumentParser`` over the three dataclasses below) and what the quickstart calls. It
+`train_translation(model_args, data_args, training_args)` is what `dwlstm-train` runs
+(`HfArgumentParser` over the three dataclasses below) and what the quickstart calls. It
 
-- builds the model from a `hub_configs/` JSON file (a fresh model sized to the tokenizer), or loads a
-  saved directory / Hub id (to continue training or fine-tune);
-- loads the corpus with `data.load_parallel_corpus`, tokenizes it and drops pairs longer than 256 tokens;
-- batches by token count (`TokenBatchSampler`: at most `max_tokens` padded tokens a batch, the batch
-  order reshuffled every epoch, disjoint equal shares per process under `accelerate launch`/`torchrun`),
-  with gradient accumulation to reach `target_tokens_per_update` (the papers' ~25k target tokens);
-- optimises with Adam (0.9, 0.98, 1e-9) under an inverse-square-root schedule with 8k warm-up steps
-  (Vaswani et al. §5.3: peak rate d_model^-0.5 * warmup^-0.5 = 4.9e-4 for base; pass
-  ``--learning_rate 3.5e-4`` for big), label smoothing 0.1 from the model config (the model computes its
-  own label-smoothed loss, so the Trainer's `label_smoothing_factor` stays 0), dropout from the config,
-  no gradient clipping;
-- saves a checkpoint every 1,500 steps with optimizer, scheduler and RNG state, so that
-  ``resume_from_checkpoint`` ("last" or a path) continues a killed run exactly (same weights as an
-  uninterrupted run); a checkpoint counts only once the Trainer wrote its trainer_state.json (last), and
-  it gets a checksum manifest and the run's arguments, checked when it is resumed or averaged;
-- with ``--bf16``, trains in bfloat16 mixed precision: the forward and backward passes under
-  ``torch.autocast(bfloat16)`` (on a CPU too: without an accelerator ``--bf16`` implies ``--use_cpu``),
-  weights, gradients and Adam's moments in float32, the cross-entropy in float32 (on a CPU attention too:
-  `modeling_translation.sdpa`); on CPUs with
-  native bfloat16 (avx512_bf16, AMX) the biggest training speed-up there is; refused on a CPU without it,
-  where it would be several times slower than float32;
-- optionally reports validation loss and BLEU (`metrics.translation_compute_metrics`) every `eval_steps`;
-- saves the final model, tokenizer and generation config in `output_dir`, with a checksum manifest.
+- builds the model from a `hub_configs/` JSON file (sized to the tokenizer) or loads a saved one;
+- loads and tokenizes the corpus (`data.load_parallel_corpus`; pairs over 256 tokens dropped);
+- batches by token count (`TokenBatchSampler`), accumulating up to `target_tokens_per_update`;
+- optimises with Adam (0.9, 0.98, 1e-9), an inverse-square-root schedule with 8k warm-up steps
+  (Vaswani et al. 2017, §5.3; `--learning_rate 3.5e-4` for big), the model's label-smoothed loss;
+- saves a checkpoint every 1,500 steps, which `--resume_from_checkpoint last` continues exactly;
+- with `--bf16` trains under bfloat16 autocast (on a CPU only with native bfloat16: elsewhere it is
+  several times slower than float32, and refused).
 
-Nothing is silent: `output_dir` is claimed for the run (a second run into it is refused while this one
-works) and a non-empty one is refused before any work unless resuming or ``--overwrite_output_dir``; a
-non-finite loss stops the run at once with the step and what to try (`TrainingDiverged`); resuming is
-refused with other settings, another model config or other training data (by fingerprint) than the
-checkpoint's, from a checkpoint missing its manifest or training state, or from the run folder itself; a
-full disk while saving says so in one line and names the intact checkpoint.
+Nothing is silent: a non-empty `output_dir` is refused unless resuming or overwriting, a non-finite
+loss stops the run at once (`TrainingDiverged`), and resuming with other settings, config or data
+than the checkpoint's is refused.
 """
 
 import difflib
@@ -612,8 +594,11 @@ def _resolve_resume(training_args: TranslationTrainingArguments, sources: dict |
     existing = checkpoints[-1] if checkpoints else None
     if requested is None:
         if existing is not None and not training_args.overwrite_output_dir:
-            raise ValueError(f"{training_args.output_dir} already holds checkpoints of a run ({existing.name}). Pass "
-                             "--resume_from_checkpoint last to continue it, or choose another --output_dir.")
+            finished = (Path(training_args.output_dir) / "train_results.json").is_file()
+            raise ValueError(f"{training_args.output_dir} already holds checkpoints of a run ({existing.name}"
+                             f"{'; it finished' if finished else ''}). Pass --resume_from_checkpoint last to continue "
+                             f"it{' with a larger --max_steps' if finished else ''}, --overwrite_output_dir to start "
+                             "again there, or choose another --output_dir.")
         if training_args.should_save:
             prepare_output_dir(training_args.output_dir, training_args.overwrite_output_dir)
             old_checkpoints = list(Path(training_args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"))

@@ -22,14 +22,15 @@ from transformers import (
     TextStreamer,
 )
 
-from modeling_dwlstm import generation_translation, modeling_translation
+from modeling_dwlstm import building_blocks, generation_translation
+from modeling_dwlstm.building_blocks import decoding_step_attention
 from modeling_dwlstm.generation_translation import (
     OUTPUT_CACHE_FIELD,
     SHORTLIST_FILE,
     Shortlist,
     ShortlistLogitsMask,
 )
-from modeling_dwlstm.modeling_translation import TranslationTransformerForConditionalGeneration, decoding_step_attention
+from modeling_dwlstm.modeling_translation import TranslationTransformerForConditionalGeneration
 from modeling_dwlstm.precision import output_rows, prepare_for_inference, quantize_int8
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -200,7 +201,7 @@ def test_a_one_position_decoder_input_trains_through_the_decoding_step_attention
     labels = torch.full((3, 1), 2)
     gradients = {}
     for threshold in (10**9, 0):
-        monkeypatch.setattr(modeling_translation, "DECODING_STEP_MIN_QUERIES", threshold)
+        monkeypatch.setattr(building_blocks, "DECODING_STEP_MIN_QUERIES", threshold)
         model = tiny_model("dwlstm").train()  # dropout 0 in the tiny configurations
         model(input_ids=SOURCES, attention_mask=MASK, labels=labels).loss.backward()
         gradients[threshold] = torch.cat([parameter.grad.flatten() for parameter in model.parameters()])
@@ -214,12 +215,12 @@ def test_decoding_steps_over_many_rows_use_the_matrix_products_and_decode_the_sa
     model = eos_prone(tiny_model(case))
     settings = dict(input_ids=SOURCES, attention_mask=MASK, num_beams=3, max_new_tokens=7, return_dict_in_generate=True,
                     output_scores=True)
-    monkeypatch.setattr(modeling_translation, "DECODING_STEP_MIN_QUERIES", 10**9)
+    monkeypatch.setattr(building_blocks, "DECODING_STEP_MIN_QUERIES", 10**9)
     with_sdpa = model.generate(**settings)
     calls = []
-    original = modeling_translation.decoding_step_attention
-    monkeypatch.setattr(modeling_translation, "decoding_step_attention", lambda *args: calls.append(1) or original(*args))
-    monkeypatch.setattr(modeling_translation, "DECODING_STEP_MIN_QUERIES", 0)
+    original = building_blocks.decoding_step_attention
+    monkeypatch.setattr(building_blocks, "decoding_step_attention", lambda *args: calls.append(1) or original(*args))
+    monkeypatch.setattr(building_blocks, "DECODING_STEP_MIN_QUERIES", 0)
     with_products = model.generate(**settings)
     assert len(calls) >= 6 * model.config.decoder_layers  # self- and cross-attention at every step
     assert torch.equal(with_products.sequences, with_sdpa.sequences)

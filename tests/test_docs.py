@@ -197,10 +197,10 @@ def test_every_named_experiments_file_exists(path):
 
 def test_a_missing_source_is_found(tmp_path):
     document = tmp_path / "doc.md"
-    document.write_text("From `experiments/benchmark/records/avx2.json` and experiments/benchmark/gone.txt; "
+    document.write_text("From `experiments/speed/records/avx2.json` and experiments/speed/gone.txt; "
                         "runs/experiments/x/y is a run folder, experiments/NAME a pattern, "
                         "`git show 76ceeec:experiments/old.txt` a file in history.\n")
-    assert missing_sources(document) == ["experiments/benchmark/gone.txt"]
+    assert missing_sources(document) == ["experiments/speed/gone.txt"]
 
 
 DATED_HEADING = re.compile(r"\b(?:19|20)\d\d-\d\d(?:-\d\d)?\b|\b(?:January|February|March|April|May|June|July|"

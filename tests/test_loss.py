@@ -8,7 +8,7 @@ from transformers import AutoModelForSeq2SeqLM
 from modeling_dwlstm import ResidualTransformerConfig
 from modeling_dwlstm import loss as fused_loss
 from modeling_dwlstm.loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
-from nmt_toolkit.lab.benchmark import compiled, random_batch
+from nmt_toolkit.lab.speed import compiled, random_batch
 
 
 def plain(hidden, weight, labels, smoothing):

@@ -14,7 +14,7 @@ from transformers import AutoModelForSeq2SeqLM
 from modeling_dwlstm import MEMBERS, DwLstmConfig
 from modeling_dwlstm.precision import prepare_for_inference
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
-from nmt_toolkit.lab import benchmark
+from nmt_toolkit.lab import speed
 from nmt_toolkit.lab.onnx_speed import benchmark_onnx, format_report
 from nmt_toolkit.onnx_export import INFO_FILE, OnnxTranslator, export_loaded, export_onnx, translate
 from nmt_toolkit.quickstart_corpus import generate_pairs
@@ -170,7 +170,7 @@ def test_bad_models_inputs_and_folders_are_refused(trained, tmp_path):
 def test_speed_benchmark_rows_on_a_tiny_size(monkeypatch):
     """scripts/benchmark_onnx.py's library at a tiny size: every row timed, ONNX Runtime float32 gives generate()'s
     float32 tokens (the forced length: every sentence decodes `new_tokens` tokens)."""
-    monkeypatch.setitem(benchmark.SIZES, "tiny", dict(d_model=16, encoder_layers=1, decoder_layers=2, heads=4,
+    monkeypatch.setitem(speed.SIZES, "tiny", dict(d_model=16, encoder_layers=1, decoder_layers=2, heads=4,
                                                       ffn_dim=24))
     report = benchmark_onnx("dwlstm", "tiny", threads=1, repeats=2, batch=3, source_length=5, new_tokens=4,
                             vocab_size=40, log=lambda message: None)

@@ -20,10 +20,10 @@ from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.testing_utils import CaptureLogger
 
 from modeling_dwlstm import MEMBERS, DwLstmConfig, ResidualTransformerConfig, precision
+from modeling_dwlstm.building_blocks import FusedLinear
 from modeling_dwlstm.lora import ATTENTION_PROJECTIONS, attention_inputs_reached, projection_names
 from modeling_dwlstm.lora import logger as lora_logger
 from modeling_dwlstm.modeling_dwlstm import DepthWiseLstm, DepthWiseLstmGates
-from modeling_dwlstm.modeling_translation import FusedLinear
 from modeling_dwlstm.precision import (
     INT8_ROUTES,
     PRECISIONS,

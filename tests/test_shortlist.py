@@ -17,8 +17,8 @@ from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_jo
 from nmt_toolkit.checkpoints import weights_digest
 from nmt_toolkit.ctranslate2_export import ctranslate2_tokens, export_ctranslate2, generate_kwargs_like_ctranslate2
 from nmt_toolkit.files import CHECKSUMS_NAME, verify_checksums, write_checksums
-from nmt_toolkit.lab import benchmark
-from nmt_toolkit.lab.benchmark import build_model, generate_forced, random_batch, synthetic_shortlist
+from nmt_toolkit.lab import speed
+from nmt_toolkit.lab.speed import build_model, generate_forced, random_batch, synthetic_shortlist
 from nmt_toolkit.quickstart_corpus import generate_pairs
 from nmt_toolkit.shortlist import (
     build_shortlist,
@@ -166,23 +166,23 @@ def test_ctranslate2_with_the_vocabulary_map_decodes_what_the_shortlist_decodes(
 
 
 def test_the_benchmark_decodes_with_the_same_shortlist_on_both_sides(monkeypatch):
-    monkeypatch.setitem(benchmark.SIZES, "tiny", dict(d_model=16, encoder_layers=2, decoder_layers=2, heads=4, ffn_dim=24))
-    monkeypatch.setattr(benchmark, "SHORTLIST_FREQUENT", 5)
-    settings = benchmark.BenchmarkSettings(
+    monkeypatch.setitem(speed.SIZES, "tiny", dict(d_model=16, encoder_layers=2, decoder_layers=2, heads=4, ffn_dim=24))
+    monkeypatch.setattr(speed, "SHORTLIST_FREQUENT", 5)
+    settings = speed.BenchmarkSettings(
         sizes=("tiny",), lengths=(8,), headline_length=8, token_budget=64, generation_batch=2, source_length=5,
-        new_tokens=3, repeats=1, vocab_size=200, members=("dwlstm", benchmark.MARIAN), device="cpu",
+        new_tokens=3, repeats=1, vocab_size=200, members=("dwlstm", speed.MARIAN), device="cpu",
         peak_matmul_size=64, measure_memory=False, precisions=("float32", "int8"), ctranslate2=True, shortlist=True,
     )
-    report = benchmark.run_benchmark(settings, log=lambda message: None)
+    report = speed.run_benchmark(settings, log=lambda message: None)
     row, engines = report["sizes"]["tiny"]["dwlstm"], report["engines"]["tiny"]
     assert set(row["generation_shortlist"]) == {"float32", "int8"} and row["shortlist_union"] < 200
-    assert set(engines["marian (CTranslate2) shortlist"]) == set(benchmark.ENGINE_PRECISIONS)
+    assert set(engines["marian (CTranslate2) shortlist"]) == set(speed.ENGINE_PRECISIONS)
     checks = {check["target"]: check for check in report["targets"]}
     check = checks["depth-wise LSTM with a shortlist vs CTranslate2 int8 Marian with the same table (beam4)"]
     fastest = max(rates["beam4"] for rates in row["generation_shortlist"].values())
     assert check["ratio"] == pytest.approx(fastest / engines["marian (CTranslate2) shortlist"]["int8"]["beam4"])
     assert checks["shortlist gain, CTranslate2 int8 Marian (beam4)"]["met"] is None
-    assert "| dwlstm shortlist (" in benchmark.format_report(report)
+    assert "| dwlstm shortlist (" in speed.format_report(report)
 
 
 def test_the_benchmarks_forced_length_with_a_shortlist_stays_in_the_loop(monkeypatch):

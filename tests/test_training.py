@@ -17,7 +17,7 @@ from conftest import MULTI30K, read_multi30k, run_script, tiny_model
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerCallback
 
-from modeling_dwlstm.modeling_translation import sdpa
+from modeling_dwlstm.building_blocks import sdpa
 from modeling_dwlstm.precision import CpuFeatures
 from nmt_toolkit import training
 from nmt_toolkit.checkpoints import average_checkpoints, complete_checkpoints, last_checkpoints

@@ -1929,7 +1929,7 @@ def gradients_missing_language(ctx):
     return accepted(script("measure_gradient_norms", *gradient_arguments(ctx, folder, "--target", "es")), "ran")
 
 
-# --- quickstart.py, benchmark.py ------------------------------------------------------------------------------
+# --- quickstart.py, measure_speed.py ---------------------------------------------------------------------------
 
 
 @probe("quickstart", "--output_dir an existing file", r"is a file")
@@ -1949,19 +1949,19 @@ def quickstart_overwrite_run(ctx):
     return Observed(run, wrong=None if run.failed else "ran", lost=changed(guard))
 
 
-@probe("benchmark", "--sizes huge", r"--sizes: invalid choice")
+@probe("measure_speed", "--sizes huge", r"--sizes: invalid choice")
 def benchmark_bad_size(ctx):
-    return accepted(script("benchmark", "--sizes", "huge", "--output", ctx.work / "bench.json"), "ran")
+    return accepted(script("measure_speed", "--sizes", "huge", "--output", ctx.work / "bench.json"), "ran")
 
 
-@probe("benchmark", "--precisions int4", r"--precisions: invalid choice")
+@probe("measure_speed", "--precisions int4", r"--precisions: invalid choice")
 def benchmark_bad_precision(ctx):
-    return accepted(script("benchmark", "--precisions", "int4", "--output", ctx.work / "bench.json"), "ran")
+    return accepted(script("measure_speed", "--precisions", "int4", "--output", ctx.work / "bench.json"), "ran")
 
 
-@probe("benchmark", "--lengths 16 0", r"--lengths: must be a positive integer")
+@probe("measure_speed", "--lengths 16 0", r"--lengths: must be a positive integer")
 def benchmark_zero_length(ctx):
-    return accepted(script("benchmark", "--lengths", 16, 0, "--output", ctx.work / "bench.json"), "ran")
+    return accepted(script("measure_speed", "--lengths", 16, 0, "--output", ctx.work / "bench.json"), "ran")
 
 
 # --- The Python API -------------------------------------------------------------------------------------------

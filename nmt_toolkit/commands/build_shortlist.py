@@ -42,12 +42,13 @@ def main(argv=None):
     parser.add_argument("--min_count", type=positive_int, default=DEFAULT_MIN_COUNT,
                         help=f"Pairs seen fewer times are never chosen (default: {DEFAULT_MIN_COUNT}).")
     parser.add_argument("--output_dir", default=None, help="Where shortlist.safetensors goes (default: --model).")
+    parser.add_argument("--overwrite", action="store_true", help="Replace a shortlist.safetensors already there.")
     parser.add_argument("--validation_split", default=None, help=(
         "Also report on this split of --data how much of the references the shortlist keeps, per sentence and "
         "per batch of 32."))
     args = parser.parse_args(argv)
     path = build_shortlist_for_model(args.model, args.data, args.source_lang, args.target_lang, args.split,
-                                     args.max_pairs, args.output_dir, top_k=args.top_k, frequent=args.frequent,
+                                     args.max_pairs, args.output_dir, args.overwrite, top_k=args.top_k, frequent=args.frequent,
                                      min_count=args.min_count)
     print(f"Wrote {path}")
     if args.validation_split:

@@ -1,4 +1,4 @@
-"""Export a saved residual pre-norm or post-norm model to CTranslate2 (see modeling_dwlstm/ctranslate2_export.py).
+"""Export a residual model (pre- or post-norm) to CTranslate2 (`nmt_toolkit.ctranslate2_export`).
 
     dwlstm-export-ctranslate2 --model runs/residual-prenorm --output_dir runs/residual-prenorm-ct2
     dwlstm-export-ctranslate2 --model runs/residual-prenorm --output_dir ct2-int8 --quantization int8

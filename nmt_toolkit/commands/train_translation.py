@@ -1,4 +1,4 @@
-"""Train a translation model on Seq2SeqTrainer with the papers' recipe (see modeling_dwlstm/training.py).
+"""Train a translation model on Seq2SeqTrainer with the papers' recipe (`nmt_toolkit.training`).
 
 Single process:
     dwlstm-train --model_name_or_path hub_configs/dwlstm-base-6l.json \\

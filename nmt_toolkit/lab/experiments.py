@@ -12,10 +12,14 @@ run here is a run a user can repeat by hand. Heavy outputs (checkpoints, average
 results, hypotheses, learning curve, commands, seed, git commit, package versions) goes to the small
 `record_dir` (default `experiments/NAME`, the study's folder), which is meant to be committed: one packed
 record per run, `records/RUN-seedN.json.gz` (`read_record`). A run whose record exists is finished and
-skipped; an interrupted training continues from its newest checkpoint (it loses at most one checkpoint
-interval); an interrupted averaging or evaluation starts over (their outputs are written to a staging
-folder and renamed when complete). Running the campaign twice does nothing the
-second time. Once every run has a record, `write_results_table` writes `results.md` and `results.json`
+skipped, unless the experiment was edited since: every record keeps its run's settings (`run_settings`: the data,
+the tokenizer's settings, the config file's contents, the overrides, training, averaging, evaluation, seed, and the
+settings of the run it starts from or is evaluated against), and a run whose settings changed runs again from the
+start; so does an unfinished run of other settings, and the tokenizer. A table never shows a record of other
+settings than the experiment's (`record_changes`). An interrupted training continues from its newest
+checkpoint (it loses at most one checkpoint interval); an interrupted averaging or evaluation starts over
+(their outputs are written to a staging folder and renamed when complete). Running the campaign twice does
+nothing the second time. Once every run has a record, `write_results_table` writes `results.md` and `results.json`
 (mean and spread over seeds, the median seed's sacreBLEU with its 95% bootstrap interval, the paired
 bootstrap against the baseline run) and the two pictures of `plotting.py`.
 
@@ -35,6 +39,8 @@ import logging
 import math
 import os
 import platform
+import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -96,6 +102,7 @@ class Experiment:
     average_last: int
     evaluation: dict
     runs: list[RunSpec] = field(default_factory=list)
+    data_as_written: dict = field(default_factory=dict)  # `data` with its dataset as the file names it (not resolved)
 
     def run(self, name: str) -> RunSpec:
         return next(run for run in self.runs if run.name == name)
@@ -121,6 +128,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON: {error}") from None
     _check_keys(spec, EXPERIMENT_KEYS, {"name", "data", "runs"}, f"{path}")
+    _check_objects(spec, ("data", "tokenizer", "model", "training", "evaluation"), f"{path}")
     data = dict(spec["data"])
     _check_keys(data, {"dataset", "source_lang", "target_lang", "language_pairs", "train_split", "validation_split",
                        "test_split"},
@@ -128,6 +136,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     if "language_pairs" in data and {"source_lang", "target_lang"} & set(data):
         raise ValueError(f"{path}: data names `language_pairs` (a multilingual experiment) and `source_lang`/"
                          "`target_lang` (one direction); give one or the other.")
+    data_as_written = {"train_split": "train", "validation_split": "val", "test_split": "test", **spec["data"]}
     local = path.parent / data["dataset"]
     if local.exists() or not _looks_like_hub_id(data["dataset"]):
         if not local.exists():
@@ -135,9 +144,16 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
                              "experiment file) nor a Hub corpus.")
         data["dataset"] = str(local.resolve())
     data = {"train_split": "train", "validation_split": "val", "test_split": "test", **data}
+    if not isinstance(spec["runs"], list) or not spec["runs"]:
+        raise ValueError(f"{path}: `runs` must be a non-empty list of runs, e.g. "
+                         '[{"name": "dwlstm", "config": "../../hub_configs/dwlstm-base-6l.json"}].')
     runs, names = [], set()
     for number, run in enumerate(spec["runs"], 1):
         _check_keys(run, RUN_KEYS, {"name"} | (set() if "from" in run else {"config"}), f"{path}: run {number}")
+        _check_objects(run, ("model", "training"), f"{path}: run {number}")
+        if not isinstance(run["name"], str) or not RUN_NAME.fullmatch(run["name"]):
+            raise ValueError(f"{path}: run {number}'s name {run['name']!r} must be letters, digits, '.', '_' or '-' "
+                             "(it names the run's folder and record file).")
         if run["name"] in names:
             raise ValueError(f"{path}: two runs are named {run['name']!r}; run names must be unique.")
         _check_stage(run, names, path)
@@ -148,6 +164,8 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         seeds = run.get("seeds", [1])
         if not seeds or not all(isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds):
             raise ValueError(f"{path}: run {run['name']!r}: `seeds` must be a non-empty list of integers.")
+        if len(set(seeds)) != len(seeds):  # one record per seed: a repeat would count it twice in the table
+            raise ValueError(f"{path}: run {run['name']!r}: `seeds` {seeds} names a seed twice; list each once.")
         runs.append(RunSpec(
             name=run["name"], config=config, model={} if "from" in run else {**spec.get("model", {}), **run.get("model", {})},
             training={**spec.get("training", {}), **run.get("training", {})}, seeds=list(seeds),
@@ -168,7 +186,8 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         raise ValueError(f"{path}: `average_last` must be a positive integer, got {average_last!r}.")
     return Experiment(name=spec["name"], description=spec.get("description", ""), data=data,
                       tokenizer=spec.get("tokenizer", {}), training=spec.get("training", {}),
-                      average_last=average_last, evaluation=spec.get("evaluation", {}), runs=runs)
+                      average_last=average_last, evaluation=spec.get("evaluation", {}), runs=runs,
+                      data_as_written=data_as_written)
 
 
 @releasing_output_dirs
@@ -199,11 +218,24 @@ def run_experiments(path: str | os.PathLike, output_dir: str | os.PathLike | Non
     jobs = sorted(((index, run, seed, run_id) for run in selected
                    for index, (seed, run_id) in enumerate(zip(run.seeds, run.run_ids()))), key=lambda job: job[0])
     for _, run, seed, run_id in jobs:
+        run_dir = output_dir / run_id
         if has_record(record_dir, run_id):
-            done.append(f"skip {run_id}")
-            continue
-        _run_stages(experiment, run, seed, run_id, tokenizer, output_dir / run_id, record_dir, environment, done)
-    missing = [run_id for run in experiment.runs for run_id in run.run_ids() if not has_record(record_dir, run_id)]
+            changed = record_changes(experiment, run, seed, read_record(record_dir, run_id))
+            if not changed:
+                done.append(f"skip {run_id}" + ("" if changed == [] else
+                                                " (its record keeps no settings: its config file was not compared)"))
+                continue
+            # The old record stays until the new one replaces it; no table takes it meanwhile (record_changes).
+            done.append(f"redo {run_id}: its settings changed ({', '.join(changed)})")
+        else:
+            changed = _changed_settings(_read_json(run_dir / SETTINGS_NAME), run_settings(experiment, run, seed))
+            if changed:
+                done.append(f"restart {run_id}: its settings changed since it started ({', '.join(changed)})")
+        if changed and run_dir.exists():  # checkpoints and outputs of the old settings: not to be resumed or reused
+            shutil.rmtree(run_dir)
+        _run_stages(experiment, run, seed, run_id, tokenizer, run_dir, record_dir, environment, done)
+    missing = [run_id for run in experiment.runs for seed, run_id in zip(run.seeds, run.run_ids())
+               if not _current_record(experiment, run, seed, record_dir, run_id)]
     if table and missing and table_so_far:
         write_results_table(experiment, record_dir, allow_missing=True)
         done.append(f"table so far {record_dir / 'results.md'} ({len(missing)} runs have no record yet)")
@@ -226,34 +258,146 @@ def _check_stage(run: dict, earlier: set[str], path: Path):
                          "`model` of its own.")
 
 
+SETTINGS_NAME = "experiment_settings.json"  # in a run's folder from its start, and in the tokenizer's folder
+
+
+def run_settings(experiment: Experiment, run: RunSpec, seed: int) -> dict:
+    """Everything a run's record depends on: the data (as the experiment file names it), the tokenizer's settings,
+    the config file's contents (not its name), the model overrides, training, averaging and evaluation, the seed,
+    and the settings of the run a fine-tuning stage starts from and of the baseline a multilingual run is evaluated
+    against. A record of other settings than these is out of date."""
+    config = json.loads(run.config.read_text(encoding="utf-8")) if run.config is not None else None
+    parent = run_settings(experiment, experiment.run(run.parent), seed) if run.parent is not None else None
+    against = experiment.multilingual and run.baseline not in (None, run.name)
+    baseline = run_settings(experiment, experiment.run(run.baseline), seed) if against else run.baseline
+    return {**_tokenizer_settings(experiment), "config": config, "model": run.model, "training": run.training,
+            "seed": seed, "average_last": experiment.average_last,
+            "evaluation": {key: value for key, value in experiment.evaluation.items() if key not in PLACEMENT},
+            "baseline": baseline, "from": parent}
+
+
+def _tokenizer_settings(experiment: Experiment) -> dict:
+    return {"data": experiment.data_as_written, "tokenizer": experiment.tokenizer}
+
+
+def record_changes(experiment: Experiment, run: RunSpec, seed: int, record: dict) -> list[str] | None:
+    """The settings by name ("training.max_steps", "config.d_model") in which a record (`read_record`) differs from
+    the run as the experiment now is; [] if none. A record packed before records kept their settings is compared
+    by the commands it recorded (the flags of training, averaging and evaluation; "evaluate --num_beams"), and
+    None is returned when those agree: its config file's contents cannot be compared."""
+    info = record["info"]
+    if "settings" in info:
+        return _changed_settings(info["settings"], run_settings(experiment, run, seed))
+    now = _commands(experiment, run, seed, Path("tokenizer"), Path("run"))
+    changed = [f"{stage} {flag}" for stage in ("train", "average", "evaluate")
+               for flag in _differing_flags(info.get("commands", {}).get(stage, ""), now[stage])
+               if not (stage == "evaluate" and flag.removeprefix("--") in PLACEMENT)]
+    if info.get("model_overrides", run.model) != run.model:
+        changed.append("model")
+    return changed or None
+
+
+def _current_record(experiment: Experiment, run: RunSpec, seed: int, record_dir: Path, run_id: str) -> bool:
+    return has_record(record_dir, run_id) and not record_changes(experiment, run, seed, read_record(record_dir, run_id))
+
+
+# Flags naming files or folders, which differ between machines and clones: not settings.
+PATH_FLAGS = {"--model_name_or_path", "--tokenizer_name_or_path", "--dataset", "--output_dir", "--run_dir", "--model",
+              "--data", "--baseline_results"}
+# Evaluation settings that choose where and in what batches to decode, not what: a record made on a GPU with larger
+# batches stays the record of the same run.
+PLACEMENT = {"device", "max_tokens"}
+
+
+def _differing_flags(recorded: str, command: list[str]) -> list[str]:
+    """The flags whose value differs between a recorded command line (`_quote`d parts) and `command`."""
+    def flags(parts: list[str]) -> dict:
+        values = {}
+        for index, part in enumerate(parts):
+            if part.startswith("--") and part not in PATH_FLAGS:
+                following = parts[index + 1] if index + 1 < len(parts) else None
+                values[part] = None if following is None or following.startswith("--") else following
+        return values
+    then, now = flags(shlex.split(recorded)), flags(command)
+    return sorted(flag for flag in then.keys() | now.keys() if then.get(flag) != now.get(flag))
+
+
+def _changed_settings(recorded: dict | None, settings: dict) -> list[str] | None:
+    """The settings by dotted name whose value in `settings` differs from `recorded`; [] if none; None when nothing
+    was recorded (a folder from before settings were kept)."""
+    if recorded is None:
+        return None
+
+    def flat(value, prefix: str) -> dict:
+        if not isinstance(value, dict) or not value:
+            return {prefix: value}
+        return {key: item for name, inner in value.items() for key, item in flat(inner, f"{prefix}.{name}").items()}
+
+    then = flat(recorded, "")
+    now = flat(json.loads(json.dumps(settings, default=str)), "")  # as read back from JSON
+    return [name.lstrip(".") for name in sorted(then.keys() | now.keys()) if then.get(name) != now.get(name)]
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError:  # damaged (it is written atomically, so by hand): compare as different settings
+        return {}
+
+
 def _tokenizer_stage(experiment: Experiment, tokenizer_dir: Path, log: Path, environment: dict, done: list[str]) -> Path:
+    settings = _tokenizer_settings(experiment)
     if (tokenizer_dir / "tokenizer.json").is_file():
-        return tokenizer_dir
+        changed = _changed_settings(_read_json(tokenizer_dir / SETTINGS_NAME), settings)
+        if not changed:  # the same settings, or a tokenizer from before they were kept
+            return tokenizer_dir
+        done.append(f"redo tokenizer: its settings changed ({', '.join(changed)})")
     data = experiment.data
     command = [sys.executable, str(SCRIPTS / "train_tokenizer.py"), "--dataset", data["dataset"],
                *experiment.direction_flags(), "--split", data["train_split"], *_flags(experiment.tokenizer)]
-    _staged(command, tokenizer_dir, environment, "tokenizer", log)
+    _staged(command, tokenizer_dir, environment, "tokenizer", log,
+            then=lambda staging: atomic_write_json(staging / SETTINGS_NAME, settings))
     done.append(f"tokenizer {tokenizer_dir}")
     return tokenizer_dir
 
 
-def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, tokenizer: Path, run_dir: Path,
-                record_dir: Path, environment: dict, done: list[str]):
+def _commands(experiment: Experiment, run: RunSpec, seed: int, tokenizer: Path, run_dir: Path) -> dict[str, list[str]]:
+    """The command line of each stage of one run."""
     data = experiment.data
     train_dir, averaged, test_dir = run_dir / "train", run_dir / "averaged", run_dir / "test"
-    commands = {}
+    start_from = run.config if run.parent is None else run_dir.parent / f"{run.parent}-seed{seed}" / "averaged"
+    return {
+        "train": [
+            sys.executable, str(SCRIPTS / "train_translation.py"), "--model_name_or_path", str(start_from),
+            "--tokenizer_name_or_path", str(tokenizer), "--dataset", data["dataset"], *experiment.direction_flags(),
+            "--train_split", data["train_split"], "--validation_split", data["validation_split"],
+            "--eval_strategy", "steps", "--seed", str(seed), "--include_num_input_tokens_seen", "true",
+            "--disable_tqdm", "true", "--output_dir", str(train_dir),
+            *(["--config_overrides", ",".join(f"{key}={value}" for key, value in run.model.items())]
+              if run.model else []),
+            *_flags(run.training)],
+        "average": [sys.executable, str(SCRIPTS / "average_checkpoints.py"), "--run_dir", str(train_dir),
+                    "--last", str(experiment.average_last), "--output_dir", str(averaged)],
+        "evaluate": [
+            sys.executable, str(SCRIPTS / "evaluate_translation.py"), "--model", str(averaged), "--output_dir",
+            str(test_dir), "--data", data["dataset"], "--split", data["test_split"],
+            *_evaluation_flags(experiment, run, run_dir.parent / f"{run.baseline}-seed{seed}" / "test")],
+    }
+
+
+def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, tokenizer: Path, run_dir: Path,
+                record_dir: Path, environment: dict, done: list[str]):
+    train_dir, averaged, test_dir = run_dir / "train", run_dir / "averaged", run_dir / "test"
+    settings = run_settings(experiment, run, seed)
+    if not (run_dir / SETTINGS_NAME).is_file():  # before any output: a later run of edited settings sees what this was
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(run_dir / SETTINGS_NAME, settings)
+    commands = _commands(experiment, run, seed, tokenizer, run_dir)
+    train_command = commands["train"]
     started = time.time()
     start_from = run.config if run.parent is None else run_dir.parent / f"{run.parent}-seed{seed}" / "averaged"
-    train_command = [
-        sys.executable, str(SCRIPTS / "train_translation.py"), "--model_name_or_path", str(start_from),
-        "--tokenizer_name_or_path", str(tokenizer), "--dataset", data["dataset"], *experiment.direction_flags(),
-        "--train_split", data["train_split"], "--validation_split", data["validation_split"],
-        "--eval_strategy", "steps", "--seed", str(seed), "--include_num_input_tokens_seen", "true",
-        "--disable_tqdm", "true", "--output_dir", str(train_dir),
-        *(["--config_overrides", ",".join(f"{key}={value}" for key, value in run.model.items())] if run.model else []),
-        *_flags(run.training),
-    ]
-    commands["train"] = train_command
     if not (train_dir / "train_results.json").is_file():
         checkpoints = _checkpoints(train_dir)
         if checkpoints:
@@ -268,16 +412,9 @@ def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, to
         train_dir.mkdir(parents=True, exist_ok=True)
         _run(command, environment, run_dir / "train.stdout.log", f"training {run_id}")
         done.append(f"train {run_id}{note}")
-    commands["average"] = [sys.executable, str(SCRIPTS / "average_checkpoints.py"), "--run_dir", str(train_dir),
-                           "--last", str(experiment.average_last), "--output_dir", str(averaged)]
     if not averaged.is_dir():
         _staged(commands["average"], averaged, environment, f"averaging {run_id}", run_dir / "average.log")
         done.append(f"average {run_id}")
-    commands["evaluate"] = [
-        sys.executable, str(SCRIPTS / "evaluate_translation.py"), "--model", str(averaged), "--output_dir",
-        str(test_dir), "--data", data["dataset"], "--split", data["test_split"],
-        *_evaluation_flags(experiment, run, run_dir.parent / f"{run.baseline}-seed{seed}" / "test"),
-    ]
     if not (test_dir / "results.json").is_file():
         baseline_results = commands["evaluate"][commands["evaluate"].index("--baseline_results") + 1] \
             if "--baseline_results" in commands["evaluate"] else None
@@ -286,7 +423,7 @@ def _run_stages(experiment: Experiment, run: RunSpec, seed: int, run_id: str, to
                               f"{run.baseline} (with seed {seed}) first.")
         _staged(commands["evaluate"], test_dir, environment, f"evaluating {run_id}", run_dir / "evaluate.log")
         done.append(f"evaluate {run_id}")
-    _write_record(run, seed, run_id, commands, train_dir, averaged, test_dir, record_dir, environment)
+    _write_record(run, seed, run_id, commands, train_dir, averaged, test_dir, record_dir, environment, settings)
     done.append(f"record {run_id} ({time.time() - started:.0f} s)")
 
 
@@ -303,7 +440,7 @@ def _evaluation_flags(experiment: Experiment, run: RunSpec, baseline_test_dir: P
 
 
 def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_dir: Path, averaged: Path,
-                  test_dir: Path, record_dir: Path, environment: dict):
+                  test_dir: Path, record_dir: Path, environment: dict, settings: dict):
     """The small things the table needs, packed into one file (`pack_record`): a record is whole or absent."""
     state = json.loads((train_dir / "trainer_state.json").read_text())
     train_results = json.loads((train_dir / "train_results.json").read_text())
@@ -320,7 +457,7 @@ def _write_record(run: RunSpec, seed: int, run_id: str, commands: dict, train_di
         "commands": {stage: " ".join(_quote(part) for part in command) for stage, command in commands.items()},
         "omp_num_threads": environment.get("OMP_NUM_THREADS"), "git_commit": _git_commit(),
         "python": platform.python_version(), "packages": {name: _version(name) for name in PACKAGES},
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "settings": settings,
     }
     if (test_dir / "hypotheses.txt").is_file():
         names = ["hypotheses.txt"]
@@ -416,23 +553,18 @@ def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, a
     if experiment.multilingual:
         return write_multilingual_table(experiment, record_dir, allow_missing)
     record_dir = Path(record_dir)
+    current, missing, out_of_date = _current_records(experiment, record_dir, allow_missing)
     references = _references(experiment)
     rows, not_run = [], []
     for run in experiment.runs:
-        present = [run_id for run_id in run.run_ids() if has_record(record_dir, run_id)]
-        if len(present) < len(run.seeds) and not allow_missing:
-            missing = sorted(set(run.run_ids()) - set(present))
-            raise FileNotFoundError(f"{record_dir}: no record yet for {', '.join(missing)}; run the campaign "
-                                    "first, or ask for the table so far (allow_missing, --table_so_far).")
+        present = [run_id for run_id in run.run_ids() if run_id in current]
         if not present:
             not_run.append(run)
             continue
-        records = [read_record(record_dir, run_id) for run_id in present]
+        records = [current[run_id] for run_id in present]
         scores = [record["test"]["sacrebleu"] for record in records]
         median = records[sorted(range(len(scores)), key=scores.__getitem__)[(len(scores) - 1) // 2]]
         rows.append({"run": run, "records": records, "median": median, "scores": scores})
-    if not rows:
-        raise FileNotFoundError(f"{record_dir}: no run of {experiment.name} has a record yet; nothing to tabulate.")
     by_name = {row["run"].name: row for row in rows}
     table = []
     for row in rows:
@@ -462,8 +594,7 @@ def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, a
     signature = rows[0]["median"]["test"]["sacrebleu_signature"]
     results = {"experiment": experiment.name, "description": experiment.description, "data": experiment.data,
                "sacrebleu_signature": signature, "rows": table,
-               "not_run_yet": [run_id for run in experiment.runs for run_id in run.run_ids()
-                               if not has_record(record_dir, run_id)]}
+               "not_run_yet": missing, "out_of_date": out_of_date}
     atomic_write_json(record_dir / "results.json", results)
     groups = list(dict.fromkeys(run.group for run in experiment.runs))
     for group in groups:
@@ -479,12 +610,12 @@ def write_results_table(experiment: Experiment, record_dir: str | os.PathLike, a
                         record_dir / "test_bleu.png", title=f"{experiment.name}: {split} sacreBLEU (median seed)",
                         split=split)
     atomic_write_text(record_dir / "results.md", _markdown(experiment, table, signature, groups, not_run,
-                                                           results["not_run_yet"]))
+                                                           missing, out_of_date))
     return results
 
 
 def _markdown(experiment: Experiment, table: list[dict], signature: str, groups: list[str], not_run: list[RunSpec],
-              missing: list[str]) -> str:
+              missing: list[str], out_of_date: list[str]) -> str:
     lines = [f"# {experiment.name}", "", experiment.description, "",
              f"sacreBLEU signature: `{signature}`. The interval is the 95% paired-bootstrap interval of the "
              "median seed (1,000 resamples); p is the paired bootstrap against the baseline's median seed "
@@ -492,6 +623,7 @@ def _markdown(experiment: Experiment, table: list[dict], signature: str, groups:
     if missing:
         lines += [f"**Campaign under way**: {len(missing)} planned runs have no record yet "
                   f"({', '.join(missing)}); the table shows the runs finished so far.", ""]
+        lines += _out_of_date_lines(out_of_date)
     header = ("| run | params (M) | seeds | sacreBLEU mean ± std | median seed: sacreBLEU [95% CI] | chrF | "
               "p vs baseline | train src tok/s (padded) | beam sent/s | steps | train min |")
     for group in groups:
@@ -523,22 +655,12 @@ def write_multilingual_table(experiment: Experiment, record_dir: str | os.PathLi
     cost (a fine-tuning stage: its own time, ROBT's share of it, and the total with the run it continues), and each
     run's per-direction table against its baseline (paired-bootstrap p-values)."""
     record_dir = Path(record_dir)
-    records, missing = {}, []
-    for run in experiment.runs:
-        for run_id in run.run_ids():
-            if has_record(record_dir, run_id):
-                records[run_id] = read_record(record_dir, run_id)
-            else:
-                missing.append(run_id)
-    if missing and not allow_missing:
-        raise FileNotFoundError(f"{record_dir}: no record yet for {', '.join(missing)}; run the campaign first, or ask "
-                                "for the table so far (allow_missing, --table_so_far).")
-    if not records:
-        raise FileNotFoundError(f"{record_dir}: no run of {experiment.name} has a record yet; nothing to tabulate.")
+    records, missing, out_of_date = _current_records(experiment, record_dir, allow_missing)
     costs = {run_id: _cost(record, records) for run_id, record in records.items()}
     lines = [f"# {experiment.name}", "", experiment.description, ""]
     if missing:
         lines += [f"**Campaign under way**: {len(missing)} planned runs have no record yet ({', '.join(missing)}).", ""]
+        lines += _out_of_date_lines(out_of_date)
     lines += ["## Xu et al. 2024, Table 7", "", *systems_table({run_id: record["test"] for run_id, record in records.items()}),
               "", "sacreBLEU averages; WR: win ratio against the run's baseline (directions where it scores higher); "
               "off-target: share of zero-shot outputs not in the target language (py3langid); pivot: X -> en -> Y with "
@@ -555,7 +677,7 @@ def write_multilingual_table(experiment: Experiment, record_dir: str | os.PathLi
         title = f"## {run_id}" + (f" against {baseline_id}" if baseline_id else "")
         lines += ["", title, "", *results_table(record["test"], records[baseline_id]["test"] if baseline_id else None)]
     results = {"experiment": experiment.name, "description": experiment.description, "data": experiment.data,
-               "evaluation": experiment.evaluation, "not_run_yet": missing,
+               "evaluation": experiment.evaluation, "not_run_yet": missing, "out_of_date": out_of_date,
                "rows": [{"run_id": run_id, **costs[run_id], "averages": record["test"]["averages"],
                          "win_ratio": record["test"].get("win_ratio"), "sacrebleu_signature": next(
                              iter(record["test"]["directions"].values()))["sacrebleu_signature"]}
@@ -573,6 +695,40 @@ def write_multilingual_table(experiment: Experiment, record_dir: str | os.PathLi
                         if record["test"]["averages"].get("zero_shot")}, record_dir / "zero_shot.png",
                        title=f"{experiment.name}: zero-shot directions, {experiment.data['test_split']}")
     return results
+
+
+def _current_records(experiment: Experiment, record_dir: Path, allow_missing: bool) -> tuple[dict, list, list]:
+    """The records that agree with the experiment as it is now, by run id; the run ids without one (no record, or
+    a record of other settings); and those out of date, with the settings that changed. Without `allow_missing`
+    a missing or out-of-date record is an error."""
+    records, missing, out_of_date = {}, [], []
+    for run in experiment.runs:
+        for seed, run_id in zip(run.seeds, run.run_ids()):
+            record = read_record(record_dir, run_id) if has_record(record_dir, run_id) else None
+            changed = record_changes(experiment, run, seed, record) if record is not None else None
+            if record is None or changed:
+                missing.append(run_id)
+                if changed:
+                    out_of_date.append(f"{run_id} ({', '.join(changed)})")
+            else:
+                records[run_id] = record
+    if out_of_date and not allow_missing:
+        raise ValueError(f"{record_dir}: the record of {'; '.join(out_of_date)} was made with other settings than "
+                         f"{experiment.name}'s experiment file has now; run the campaign again to redo it, or ask for "
+                         "the table so far (allow_missing, --table_so_far), which leaves it out.")
+    if missing and not allow_missing:
+        raise FileNotFoundError(f"{record_dir}: no record yet for {', '.join(missing)}; run the campaign first, or ask "
+                                "for the table so far (allow_missing, --table_so_far).")
+    if not records:
+        raise FileNotFoundError(f"{record_dir}: no run of {experiment.name} has a record yet; nothing to tabulate.")
+    return records, missing, out_of_date
+
+
+def _out_of_date_lines(out_of_date: list[str]) -> list[str]:
+    if not out_of_date:
+        return []
+    return [f"**Left out**: the records of {'; '.join(out_of_date)} were made with other settings than the "
+            "experiment file has now; the campaign runs them again.", ""]
 
 
 def _cost(record: dict, records: dict) -> dict:
@@ -605,13 +761,16 @@ def _references(experiment: Experiment) -> list[str]:
     return [pair[data["target_lang"]] for pair in pairs["translation"]]
 
 
-def _staged(command: list[str], output: Path, environment: dict, what: str, log: Path):
-    """Run a stage that writes `--output_dir` into a staging folder, then rename it: whole or absent."""
+def _staged(command: list[str], output: Path, environment: dict, what: str, log: Path, then=None):
+    """Run a stage that writes `--output_dir` into a staging folder, then rename it: whole or absent. `then(staging)`
+    adds to the folder before it is renamed."""
     with atomic_directory(output, replace=True) as staging:
         staged = [str(staging) if part == str(output) else part for part in command]
         if "--output_dir" not in command:
             staged += ["--output_dir", str(staging)]
         _run(staged, environment, log, what)
+        if then is not None:
+            then(staging)
 
 
 class StageFailed(RuntimeError):
@@ -699,6 +858,15 @@ def _parameter_count(model_dir: Path) -> int:
     """Parameters stored in the model's safetensors file (tied weights are stored once, as `num_parameters()`)."""
     with safe_open(str(model_dir / "model.safetensors"), framework="pt") as weights:
         return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _check_objects(mapping: dict, keys: tuple[str, ...], where: str):
+    for key in keys:
+        if key in mapping and not isinstance(mapping[key], dict):
+            raise ValueError(f"{where}: `{key}` must be a JSON object of settings, got {mapping[key]!r}.")
 
 
 def _check_keys(mapping, allowed: set, required: set, where: str):

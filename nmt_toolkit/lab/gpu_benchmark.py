@@ -12,7 +12,7 @@
   (bfloat16 on a GPU), with the end-of-sentence token forbidden so that every model emits the same tokens.
   Eager only: compiled decoding steps are being reworked.
 
-MFU is the training step's FLOPs (`benchmark.training_flops`) per second over the GPU's bfloat16 matmul peak,
+MFU is the training step's FLOPs (`speed.training_flops`) per second over the GPU's bfloat16 matmul peak,
 both the one measured here (a square matmul) and the nominal dense peak of the models in `NOMINAL_BF16_PEAKS`.
 Compiling takes most of the time: compiled rows run last, in `members` order, while `budget_s` lasts; the rest are
 reported as not measured. `dry_run` runs every row on tiny models (on the CPU unless a GPU is there; the compiled
@@ -32,7 +32,7 @@ from transformers.utils import is_accelerate_available
 
 from modeling_dwlstm.precision import prepare_for_inference
 
-from .benchmark import (
+from .speed import (
     DEPTH_PAIR,
     MARIAN,
     SIZES,
@@ -57,7 +57,7 @@ TINY_PAIR = {"dwlstm": dict(encoder_layers=2, decoder_layers=2), "residual-preno
 @dataclass
 class GpuBenchmarkSettings:
     members: tuple | None = None  # None: every registered member, plus Marian
-    size: str = "base"  # a key of benchmark.SIZES (6+6 layers; in a dry run replaced by TINY's shape)
+    size: str = "base"  # a key of speed.SIZES (6+6 layers; in a dry run replaced by TINY's shape)
     length: int = 64  # tokens per source and per target sentence
     target_tokens: int = PAPER_TARGET_TOKENS  # per training batch (rounded down to whole sentences)
     warmup_steps: int = 3  # untimed training steps (the compiled rows compile in the first)

@@ -1,6 +1,6 @@
 """Greedy decoding speed of the ONNX Runtime export beside `generate()`, float32 and int8, on a benchmark model.
 
-Measured as `benchmark.py` measures generation, with its helpers: a randomly initialised model at the papers' size,
+Measured as `speed.py` measures generation, with its helpers: a randomly initialised model at the papers' size,
 a fixed batch of random sources, exactly `new_tokens` new tokens per sentence (the end of sentence forbidden until
 then), `threads` threads for both torch and ONNX Runtime, every task once per repetition in a rotating order and
 the median over repetitions. `generate()`'s int8 is `precision.prepare_for_inference(quantize="int8")` (the route
@@ -17,7 +17,7 @@ import torch
 from modeling_dwlstm.precision import cpu_features, int8_route
 
 from ..onnx_export import OnnxTranslator, export_loaded
-from .benchmark import (
+from .speed import (
     PAPER_VOCAB_SIZE,
     build_model,
     generate_forced,

@@ -25,8 +25,8 @@ from transformers import AutoModelForSeq2SeqLM, TrainerCallback, pipeline
 from modeling_dwlstm import loss as fused_loss
 from modeling_dwlstm.loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
-from nmt_toolkit.lab import benchmark
-from nmt_toolkit.lab.benchmark import MARIAN, BenchmarkSettings, run_benchmark
+from nmt_toolkit.lab import speed
+from nmt_toolkit.lab.speed import MARIAN, BenchmarkSettings, run_benchmark
 from nmt_toolkit.training import DataArguments, ModelArguments, TranslationTrainingArguments, train_translation
 
 DEVICE = os.environ.get("GPU_TESTS_DEVICE", "cuda")
@@ -241,9 +241,9 @@ def test_the_pipeline_translates_on_the_gpu(tokenizer):
 
 
 def test_the_benchmarks_gpu_rows(monkeypatch, tmp_path):
-    """`scripts/benchmark.py` on a GPU: training throughput and achieved FLOP/s under bf16 autocast against the
+    """`scripts/measure_speed.py` on a GPU: training throughput and achieved FLOP/s under bf16 autocast against the
     measured matmul peak (the MFU), peak memory from CUDA's allocator, generation with beam 4 and greedy."""
-    monkeypatch.setitem(benchmark.SIZES, "tiny", dict(d_model=16, encoder_layers=2, decoder_layers=3, heads=4, ffn_dim=24))
+    monkeypatch.setitem(speed.SIZES, "tiny", dict(d_model=16, encoder_layers=2, decoder_layers=3, heads=4, ffn_dim=24))
     settings = BenchmarkSettings(sizes=("tiny",), lengths=(4, 8), headline_length=8, token_budget=64, generation_batch=2,
                                  source_length=5, new_tokens=3, repeats=1, vocab_size=40, members=("dwlstm", MARIAN),
                                  device=DEVICE, peak_matmul_size=256)
@@ -257,5 +257,5 @@ def test_the_benchmarks_gpu_rows(monkeypatch, tmp_path):
         assert row["beam4_sentences_per_s"] > 0 and row["greedy_sentences_per_s"] > 0
         assert row["train"][8]["tokens_per_s"] > 0 and row["train"][8]["flops_per_s"] > 0
         assert row["train_peak_memory_bytes"] > 0
-    benchmark.write_report(report, tmp_path / "benchmark.json")
+    speed.write_report(report, tmp_path / "benchmark.json")
     assert json.loads((tmp_path / "benchmark.json").read_text())["sizes"]["tiny"]["dwlstm"]["parameters"] > 0

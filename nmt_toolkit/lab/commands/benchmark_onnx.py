@@ -4,7 +4,7 @@
     dwlstm-benchmark-onnx --member residual-prenorm --size small --output onnx_speed.json
 
 A randomly initialised model at the papers' size, 32 random sources of 20 tokens, exactly 24 new tokens each,
-timed as scripts/benchmark.py times generate() (interleaved repetitions, medians).
+timed as scripts/measure_speed.py times generate() (interleaved repetitions, medians).
 """
 
 import argparse
@@ -13,8 +13,8 @@ from pathlib import Path
 from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.files import atomic_write_json
-from nmt_toolkit.lab.benchmark import SIZES, registered_members
 from nmt_toolkit.lab.onnx_speed import benchmark_onnx, format_report
+from nmt_toolkit.lab.speed import SIZES, registered_members
 
 
 def main(argv=None):

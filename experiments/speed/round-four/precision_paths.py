@@ -1,7 +1,7 @@
 """Beam-4 and greedy decoding of base (6+6) models in every inference precision, interleaved, medians: the
 measurement behind `prepare_for_inference(model, precision="auto")`'s table of fastest paths per CPU class.
 
-    PYTHONPATH=. python experiments/benchmark/round-four/precision_paths.py --threads 1 --repeats 5
+    PYTHONPATH=. python experiments/speed/round-four/precision_paths.py --threads 1 --repeats 5
 
 --batch sentences (32) of 20 source tokens, 24 forced new tokens (`generate_forced`), random weights, vocabulary 32k.
 Prints seconds per decode (median), each precision's speed-up over float32, and the CPU's flags.
@@ -13,7 +13,7 @@ import statistics
 import torch
 
 from modeling_dwlstm.precision import cpu_features
-from nmt_toolkit.lab.benchmark import (
+from nmt_toolkit.lab.speed import (
     PRECISIONS,
     build_model,
     cpu_identity,
@@ -48,13 +48,7 @@ def main():
                     lambda m=prepared, b=beams: generate_forced(m, source, b, 24, "cpu"))
     for task in tasks.values():  # warm-up
         task()
-    times = {key: [] for key in tasks}
-    for repeat in range(args.repeats):  # interleaved, the order rotated; each repeat printed as it ends
-        keys = list(tasks)[repeat % len(tasks):] + list(tasks)[:repeat % len(tasks)]
-        for key, (seconds,) in interleaved_times({key: tasks[key] for key in keys}, 1, "cpu").items():
-            times[key].append(seconds)
-        print(f"# repeat {repeat + 1}: " + ", ".join(f"{' '.join(key)} {values[-1]:.2f} s" for key, values in times.items()),
-              flush=True)
+    times = interleaved_times(tasks, args.repeats, "cpu", log=lambda line: print(line, flush=True))
     print(f"{'member':18} {'search':7} {'precision':14} {'median s':>9} {'min s':>7} {'x float32':>9}")
     for (member, search, precision), values in times.items():
         base = statistics.median(times[member, search, "float32"])

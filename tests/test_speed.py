@@ -1,5 +1,5 @@
-"""The benchmark library (speed and deployment runs) on a tiny size: its FLOP count, its forced-length
-generation in every precision and in CTranslate2, its report and targets."""
+"""The speed measurement's code (`nmt_toolkit.lab.speed`, `dwlstm-measure-speed`) on a tiny size: its FLOP
+count, its forced-length generation in every precision and in CTranslate2, its report and targets."""
 
 import dataclasses
 import json
@@ -14,8 +14,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from modeling_dwlstm import precision
 from modeling_dwlstm.precision import INT8_ROUTES, int8_route
-from nmt_toolkit.lab import benchmark
-from nmt_toolkit.lab.benchmark import (
+from nmt_toolkit.lab import speed
+from nmt_toolkit.lab.commands import measure_speed as speed_command
+from nmt_toolkit.lab.speed import (
     ENGINE_PRECISIONS,
     INT8_GEMM_OPS,
     MARIAN,
@@ -33,6 +34,7 @@ from nmt_toolkit.lab.benchmark import (
     generate_forced,
     inference_copy,
     int8_gemm_share,
+    interleaved_times,
     kept_report,
     kept_reports,
     random_batch,
@@ -43,7 +45,6 @@ from nmt_toolkit.lab.benchmark import (
     translate_forced,
     write_report,
 )
-from nmt_toolkit.lab.commands import benchmark as benchmark_command
 
 TINY_SIZE = dict(d_model=16, encoder_layers=2, decoder_layers=3, heads=4, ffn_dim=24)
 VOCAB = 40
@@ -54,7 +55,7 @@ OPTIONS = [("dwlstm", dict(decoder_merge="two_lstm")), ("dwlstm", dict(decoder_m
 
 @pytest.fixture(autouse=True)
 def tiny_size(monkeypatch):
-    monkeypatch.setitem(benchmark.SIZES, "tiny", TINY_SIZE)
+    monkeypatch.setitem(speed.SIZES, "tiny", TINY_SIZE)
 
 
 @pytest.fixture
@@ -65,7 +66,7 @@ def imitate_cpu(monkeypatch):
 
     def imitate(fbgemm: bool = True, **features):
         imitated = dataclasses.replace(real, **features)
-        for module in (precision, benchmark):
+        for module in (precision, speed):
             monkeypatch.setattr(module, "cpu_features", lambda: imitated)
         monkeypatch.setattr(precision, "fbgemm_available", lambda: fbgemm)
 
@@ -97,11 +98,11 @@ def test_forced_generation_emits_the_same_number_of_tokens_for_every_model():
         model = build_model(member, "tiny", VOCAB)
         # EOS becomes by far the most likely token: only the forcing keeps generation going.
         model.get_output_embeddings().register_forward_hook(lambda module, inputs, logits: logits.index_add(
-            -1, torch.tensor([benchmark.EOS]), torch.full((*logits.shape[:-1], 1), 100.0)))
+            -1, torch.tensor([speed.EOS]), torch.full((*logits.shape[:-1], 1), 100.0)))
         for beams in (4, 1):
             sequences = generate_forced(model, source, beams, new_tokens=5, device="cpu")
             assert sequences.shape == (3, 1 + 5), (member, beams)
-            assert not (sequences[:, 1:-1] == benchmark.EOS).any(), (member, beams)
+            assert not (sequences[:, 1:-1] == speed.EOS).any(), (member, beams)
 
 
 def test_benchmark_runs_and_writes_its_report(tmp_path):
@@ -131,7 +132,7 @@ def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_ch
     step's matmul rates, the int8 GEMM profile, the pair of Xu et al. 2024, Table 6; each target's ratio is the
     quotient of the rows it names (on a CPU with native bfloat16, which refuses no path)."""
     imitate_cpu(native_bfloat16=True)
-    monkeypatch.setitem(benchmark.SIZES, "base", dict(TINY_SIZE, decoder_layers=2))  # the depth pair is at base
+    monkeypatch.setitem(speed.SIZES, "base", dict(TINY_SIZE, decoder_layers=2))  # the depth pair is at base
     settings = BenchmarkSettings(
         sizes=("tiny",), lengths=(8,), headline_length=8, token_budget=64, generation_batch=2, source_length=5,
         new_tokens=3, repeats=1, vocab_size=VOCAB, members=("dwlstm", "residual-prenorm", MARIAN), device="cpu",
@@ -219,7 +220,7 @@ def test_paths_the_cpu_refuses_to_users_are_listed_and_timed_only_when_asked(cpu
     imitate_cpu(fbgemm, **features)
     calls = []
     for name in ("inference_copy", "training_step", "step_matmul_rates", "int8_gemm_share"):
-        monkeypatch.setattr(benchmark, name, recorded(getattr(benchmark, name), calls))
+        monkeypatch.setattr(speed, name, recorded(getattr(speed, name), calls))
     settings = BenchmarkSettings(
         sizes=("tiny",), lengths=(8,), headline_length=8, token_budget=64, generation_batch=2, source_length=5,
         new_tokens=3, repeats=1, vocab_size=VOCAB, members=("dwlstm",), device="cpu", peak_matmul_size=64,
@@ -254,7 +255,7 @@ def test_paths_the_cpu_refuses_to_users_are_listed_and_timed_only_when_asked(cpu
 
 @pytest.mark.parametrize("flags, measure_refused", [((), False), (("--measure_refused",), True)])
 def test_the_deployment_run_times_refused_paths_only_when_asked(flags, measure_refused, monkeypatch):
-    """scripts/benchmark.py --deployment asks for every path and lists what the CPU refuses untimed;
+    """scripts/measure_speed.py --deployment asks for every path and lists what the CPU refuses untimed;
     --measure_refused times those too."""
     asked = []
 
@@ -262,9 +263,9 @@ def test_the_deployment_run_times_refused_paths_only_when_asked(flags, measure_r
         asked.append(settings)
         raise StopIteration
 
-    monkeypatch.setattr(benchmark_command, "run_benchmark", stop)  # the name the command calls
+    monkeypatch.setattr(speed_command, "run_benchmark", stop)  # the name the command calls
     with pytest.raises(StopIteration):
-        run_script("benchmark", "--deployment", *flags)
+        run_script("measure_speed", "--deployment", *flags)
     assert asked[0].measure_refused == measure_refused
     assert asked[0].precisions == tuple(PRECISIONS) and asked[0].train_bf16 and asked[0].gemm_share
 
@@ -425,19 +426,28 @@ def test_compile_decoding_compiles_the_familys_decoding_and_not_marians(monkeypa
     """With `compile_decoding` every row of the family decodes with compiled steps (with the shortlist too); Marian,
     which has no such option, as it is."""
     calls = []
-    monkeypatch.setattr(benchmark, "generate_forced",
+    monkeypatch.setattr(speed, "generate_forced",
                         lambda model, source, beams, new_tokens, device, **options: calls.append((model.config.model_type, options)))
     torch.manual_seed(0)
-    models = {member: build_model(member, "tiny", VOCAB) for member in ("dwlstm", benchmark.MARIAN)}
+    models = {member: build_model(member, "tiny", VOCAB) for member in ("dwlstm", speed.MARIAN)}
     settings = BenchmarkSettings(compile_decoding=True, precisions=("float32", "int8"))
-    tasks = {**benchmark.generation_tasks(models, random_batch(2, 6, 1, VOCAB), settings),
-             **benchmark.shortlist_tasks(models, random_batch(2, 6, 1, VOCAB), settings)}
+    tasks = {**speed.generation_tasks(models, random_batch(2, 6, 1, VOCAB), settings),
+             **speed.shortlist_tasks(models, random_batch(2, 6, 1, VOCAB), settings)}
     for task in tasks.values():
         task()
     marian = [options for model_type, options in calls if model_type == "marian"]
     ours = [options for model_type, options in calls if model_type != "marian"]
     assert len(marian) == 4 and all(options == {} for options in marian)
     assert len(ours) == 8 and all(options.get("compile_decoding") is True for options in ours)
+
+
+def test_interleaved_times_rotate_the_order_and_log_each_repetition():
+    order, lines = [], []
+    tasks = {("a", "x"): lambda: order.append("a"), ("b", "y"): lambda: order.append("b")}
+    times = interleaved_times(tasks, 3, "cpu", log=lines.append)
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    assert [len(values) for values in times.values()] == [3, 3]
+    assert len(lines) == 3 and lines[1].startswith("# repeat 2: a x ") and ", b y " in lines[1]
 
 
 KEPT_RECORD_VERDICTS = {  # each target's verdict column, in order, as the record says it
@@ -450,14 +460,14 @@ KEPT_RECORD_VERDICTS = {  # each target's verdict column, in order, as the recor
 }
 
 
-RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "benchmark" / "records"
+RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "speed" / "records"
 KEPT_IN = {"final-run": "avx512-vnni-bf16", "deployment": "avx512-vnni-bf16", "int8run": "avx512-vnni-bf16",
            "rerun": "avx512-vnni-bf16", "avx2-run1": "avx2"}
 
 
 @pytest.mark.parametrize("record", sorted(KEPT_RECORD_VERDICTS))
 def test_the_kept_records_still_format(record):
-    """The reports kept in experiments/benchmark/records/ (one file per CPU class) render with today's
+    """The reports kept in experiments/speed/records/ (one file per CPU class) render with today's
     format_report, including those written before targets had verdicts (their `met`: True, False or None reads as
     met / MISSED / reported)."""
     report = kept_report(RECORDS / f"{KEPT_IN[record]}.json", record)
@@ -474,12 +484,12 @@ def test_every_kept_run_is_found_with_its_code_and_command(tmp_path, capsys):
     latest = runs["avx2"]["avx2-run19"]["kept"]
     assert latest["code"] == "9929af2" and "--compile_decoding" in latest["command"]
     assert all(report["machine"]["cpu_capability"] == "AVX2" for report in runs["avx2"].values())
-    run_script("benchmark", "--show", RECORDS / "avx2.json", "avx2-run19")
+    run_script("measure_speed", "--show", RECORDS / "avx2.json", "avx2-run19")
     shown = capsys.readouterr().out
     assert "code 9929af2" in shown and "| depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (beam4)" in shown
     with pytest.raises(ValueError, match="keeps no run 'avx2-run99'; it keeps avx2-run1, "):
         kept_report(RECORDS / "avx2.json", "avx2-run99")
     single = tmp_path / "one.json"
     single.write_text(json.dumps({"settings": {}}))
-    with pytest.raises(ValueError, match="is not a benchmark records file"):
+    with pytest.raises(ValueError, match="is not a speed records file"):
         kept_reports(single)

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from nmt_toolkit.lab.benchmark import EOS, build_model
+from nmt_toolkit.lab.speed import EOS, build_model
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--repeats", type=int, default=5)

@@ -1,7 +1,7 @@
 """SDPA's CPU backends at a base training step's attention shapes (32 sentences x 8 heads x 64 positions x 64),
 forward + backward, float32 and bfloat16, interleaved, medians.
 
-    PYTHONPATH=. python experiments/benchmark/round-four/attention_backends.py --threads 1
+    PYTHONPATH=. python experiments/speed/round-four/attention_backends.py --threads 1
 """
 
 import argparse
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from nmt_toolkit.lab.benchmark import cpu_identity, interleaved_times
+from nmt_toolkit.lab.speed import cpu_identity, interleaved_times
 
 
 def main():

@@ -1,12 +1,13 @@
-"""Benchmark every family member against MarianMTModel: prints a table, writes JSON.
+"""Time every family member's decoding and training against MarianMTModel (and CTranslate2): prints a table,
+writes JSON. Named `dwlstm-benchmark` before; that name still runs it.
 
-    dwlstm-benchmark                    # small and base, lengths 16/64/256, 3 repeats
-    dwlstm-benchmark --quick            # small only, lengths 16/64, 2 repeats
-    dwlstm-benchmark --compile          # the family under torch.compile
-    dwlstm-benchmark --compile_decoding # the family's decoding steps compiled (generate(compile_decoding=True))
-    dwlstm-benchmark --deployment       # base, every precision, bf16 training, CTranslate2, the shortlist,
-                                        # the int8 GEMM profile, the 12+12 vs 24+24 pair, the speed targets
-    dwlstm-benchmark --show experiments/benchmark/records/avx2.json avx2-run19   # a kept run's tables
+    dwlstm-measure-speed                    # small and base, lengths 16/64/256, 3 repeats
+    dwlstm-measure-speed --quick            # small only, lengths 16/64, 2 repeats
+    dwlstm-measure-speed --compile          # the family under torch.compile
+    dwlstm-measure-speed --compile_decoding # the family's decoding steps compiled
+    dwlstm-measure-speed --deployment       # base, every precision, bf16 training, CTranslate2, the shortlist,
+                                            # the int8 GEMM profile, the 12+12 vs 24+24 pair, the speed targets
+    dwlstm-measure-speed --show experiments/speed/records/avx2.json avx2-run19   # a kept run's tables
 
 Paths this CPU refuses to users (bfloat16 decoding and bf16 training without native bfloat16, int8 without a fast
 kernel) are listed as refused, with the reason, but not timed: without native bfloat16 they take longer than all
@@ -17,7 +18,7 @@ import argparse
 
 from nmt_toolkit.arguments import positive_int
 from nmt_toolkit.cli import exit_on_error
-from nmt_toolkit.lab.benchmark import (
+from nmt_toolkit.lab.speed import (
     PRECISIONS,
     BenchmarkSettings,
     format_report,
@@ -64,10 +65,10 @@ def main(argv=None):
     parser.add_argument("--keep_freed_memory", action="store_true",
                         help="tell glibc's allocator to keep freed memory for the whole run, every row "
                              "(nmt_toolkit.allocator.keep_freed_memory)")
-    parser.add_argument("--output", default="benchmark.json", help="JSON report path (default benchmark.json)")
+    parser.add_argument("--output", default="speed.json", help="JSON report path (default speed.json)")
     parser.add_argument("--show", nargs=2, metavar=("RECORDS", "RUN"),
                         help="Measure nothing: print the tables of run RUN kept in RECORDS "
-                             "(experiments/benchmark/records/CLASS.json).")
+                             "(experiments/speed/records/CLASS.json).")
     args = parser.parse_args(argv)
     if args.show:
         report = kept_report(*args.show)

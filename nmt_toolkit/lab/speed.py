@@ -1,40 +1,22 @@
-"""Speed of every family member against Hugging Face's `MarianMTModel` (the method: docs/speed.md).
+"""Speed of every family member against Hugging Face's `MarianMTModel` and CTranslate2 (the method:
+docs/speed.md): the library behind `dwlstm-measure-speed`.
 
-Measured side by side in one process, because the machines are shared and noisy: models are
-interleaved within each repetition (rotating the order) and every number is a median.
+Measured side by side in one process, because the machines are shared and noisy: the models are
+interleaved within each repetition, the order rotated (`interleaved_times`), every number a median.
 
-- training: source + target tokens per second of forward + backward + Adam step, at a fixed token
-  budget per batch, for each length of `lengths` (source = target length); peak memory;
-- generation: sentences per second of `generate()` with beam 4 and greedy search, on a fixed batch,
-  with the end-of-sentence token forbidden until `max_new_tokens`, so that every model emits exactly the
-  same number of tokens;
-- achieved FLOP/s of the training step (per-side count, `training_flops`) next to the measured
-  matmul peak of the machine (`matmul_peak_flops`); on a GPU this ratio is the MFU.
+- training: source + target tokens per second of forward, backward and Adam step at a fixed token
+  budget per batch, for each of `lengths`; peak memory; achieved FLOP/s (`training_flops`) beside
+  the measured matmul peak (`matmul_peak_flops`; on a GPU the ratio is the MFU);
+- generation: sentences per second of beam 4 and greedy `generate()`, the end-of-sentence token
+  forbidden until `max_new_tokens` so that every model emits the same tokens (`generate_forced`).
 
-Models are randomly initialised at the papers' sizes (`SIZES`), with one tied vocabulary. On a GPU
-everything runs under bf16 autocast; on a CPU in fp32 with `threads` threads, and for deployment also:
-
-- generation in every precision of `precisions` (`PRECISIONS`: bfloat16 weights, int8, both;
-  `precision.prepare_for_inference`, the path users run);
-- training under bfloat16 autocast (`train_bf16`), which is what `train_translation.py --bf16` does on a CPU, beside
-  the float32 and bfloat16 matmul rates at the step's shapes (`step_matmul_rates`), which bound what it can gain;
-- CTranslate2 (`ctranslate2`), the engine users deploy with: Marian converted by CTranslate2's own Marian
-  loader, and the residual pre-norm member through our export, in float32 and int8 (the anchor row), run
-  in a child process (`EngineProcess`) and interleaved with the rest;
-- Xu et al. 2024's efficiency claim (Table 6; `depth_pair`): the 12+12 depth-wise LSTM against the 24+24
-  residual pre-norm model at base size, decoding in each precision;
-- a vocabulary shortlist on both sides (`shortlist`): our members with `use_shortlist=True` and CTranslate2 with
-  `use_vmap=True`, from one table (`synthetic_shortlist`: random, as the weights are, sized so that a batch's union
-  is about a tenth of the vocabulary, as real shortlists' are at this vocabulary size; speed only);
-- a torch.profiler profile of the depth-wise LSTM's int8 beam-4 decoding (`gemm_share`, `int8_gemm_share`): the
-  share of its time in the int8 matrix products of the route this CPU takes.
-
-Paths this CPU refuses to users (`refused_paths`: bfloat16 without native support, int8 without a fast kernel) are
-not timed unless `measure_refused`: the report lists them with the reason (without native bfloat16 its decoding
-runs at a fraction of float32's speed, and a deployment run spent over 15 minutes warming it up).
-
-`TARGETS` are the deployment run's speed targets, checked at the largest measured size; a target whose path this
-CPU refuses to users is reported as refused, not as missed.
+Models have random weights at the papers' sizes (`SIZES`). On a GPU everything runs under bf16
+autocast; on a CPU in float32, and a deployment run adds every precision of `prepare_for_inference`
+(`PRECISIONS`), bf16 training (`train_bf16`, bounded by `step_matmul_rates`), CTranslate2 in a child
+process (`EngineProcess`), Xu et al. 2024's Table 6 pair (`depth_pair`), the vocabulary shortlist on
+both sides (`shortlist`), and the int8 GEMMs' share of decoding (`gemm_share`). Paths this CPU
+refuses to users (`refused_paths`) are listed with the reason and timed only with `measure_refused`;
+`TARGETS` are the deployment run's speed targets, checked at the largest measured size.
 """
 
 import copy
@@ -65,12 +47,12 @@ from transformers import (
 )
 
 from modeling_dwlstm import FAMILY
+from modeling_dwlstm.building_blocks import MultiHeadAttention
 from modeling_dwlstm.configuration_translation import BOS_ID as BOS
 from modeling_dwlstm.configuration_translation import EOS_ID as EOS
 from modeling_dwlstm.configuration_translation import PAD_ID as PAD
 from modeling_dwlstm.configuration_translation import UNK_ID
 from modeling_dwlstm.generation_translation import Shortlist
-from modeling_dwlstm.modeling_translation import MultiHeadAttention
 from modeling_dwlstm.paper_configs import MEMBER_PRESETS, PAPER_VOCAB_SIZE
 from modeling_dwlstm.paper_configs import SIZES as PAPER_SIZES
 from modeling_dwlstm.precision import PRECISIONS as INFERENCE_PRECISIONS
@@ -296,7 +278,7 @@ class EngineProcess:
     """CTranslate2's translators in a child process, translating on request; the parent times each request.
 
     Why not in the benchmark's own process: there, after CTranslate2's first translation, PyTorch's int8
-    decoding ran 25-30% slower for the rest of the process (experiments/benchmark/README.md, 20:55),
+    decoding ran 25-30% slower for the rest of the process (experiments/speed/README.md, 20:55),
     which would slow every generate() row interleaved after it. A request is one pipe round trip, well under
     a millisecond against tasks of 0.3-3 s."""
 
@@ -489,7 +471,7 @@ def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dic
 class ForbidEndOfSentence(LogitsProcessor):
     """Sets the end-of-sentence score to -inf in place: one column written per step. (`min_new_tokens` does the
     same with `torch.where` passes over all scores, 8-16% of beam-4 time at base in
-    experiments/benchmark/README.md, 15:55: a cost of the forced length, not of decoding.)"""
+    experiments/speed/README.md, 15:55: a cost of the forced length, not of decoding.)"""
 
     def __init__(self, eos_token_id: int):
         self.eos_token_id = eos_token_id
@@ -568,7 +550,7 @@ def training_peak_memory(member: str, size: str, length: int, settings: Benchmar
         run_training_steps(member, size, length, settings)
         return torch.cuda.max_memory_allocated() - before
     code = (  # the child gets the size's shape too, so sizes added at run time (tests) work
-        "import json, sys; from nmt_toolkit.lab.benchmark import SIZES, BenchmarkSettings, cpu_training_peak_memory; "
+        "import json, sys; from nmt_toolkit.lab.speed import SIZES, BenchmarkSettings, cpu_training_peak_memory; "
         "SIZES[sys.argv[3]] = json.loads(sys.argv[5]); s = BenchmarkSettings(**json.loads(sys.argv[1])); "
         "print(cpu_training_peak_memory(sys.argv[2], sys.argv[3], int(sys.argv[4]), s))"
     )
@@ -611,15 +593,24 @@ def to_device(batch: dict, device: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def interleaved_times(tasks: dict, repeats: int, device: str) -> dict:
-    """{key: [seconds of each repetition]}: every task once per repetition, the order rotated each time."""
+def interleaved_times(tasks: dict, repeats: int, device: str, log=None) -> dict:
+    """{key: [seconds of each repetition]}: every task once per repetition, the order rotated each
+    time. `log` (e.g. print) gets each repetition's times as it ends (a long run's progress)."""
     keys = list(tasks)
     times = {key: [] for key in keys}
     for repeat in range(repeats):
         shift = repeat % len(keys)
         for key in keys[shift:] + keys[:shift]:
             times[key].append(timed(tasks[key], device))
+        if log is not None:
+            log(f"# repeat {repeat + 1}: " + ", ".join(f"{task_name(key)} {values[-1]:.2f} s"
+                                                       for key, values in times.items()))
     return times
+
+
+def task_name(key) -> str:
+    """A task's key as words: ("dwlstm", "beam4") -> "dwlstm beam4"."""
+    return " ".join(map(str, key)) if isinstance(key, tuple) else str(key)
 
 
 def interleaved_medians(tasks: dict, repeats: int, device: str) -> dict:
@@ -1218,18 +1209,18 @@ def write_report(report: dict, path: str | Path):
 
 
 def kept_reports(path: str | Path) -> dict[str, dict]:
-    """The reports kept in a records file (experiments/benchmark/records/CLASS.json: one file per CPU class, its
+    """The reports kept in a records file (experiments/speed/records/CLASS.json: one file per CPU class, its
     runs grouped by the code they measured), by run name. Each report gains `kept`: the version's commit, date,
     conditions and command."""
     try:
         value = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"No records file {path}; the kept ones are in experiments/benchmark/records/.") from None
+        raise ValueError(f"No records file {path}; the kept ones are in experiments/speed/records/.") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON ({error}); restore it from git.") from None
     if not isinstance(value, dict) or "versions" not in value:
-        raise ValueError(f"{path} is not a benchmark records file (no `versions`): give one of "
-                         "experiments/benchmark/records/, or a single report's JSON to format_report.")
+        raise ValueError(f"{path} is not a speed records file (no `versions`): give one of "
+                         "experiments/speed/records/, or a single report's JSON to format_report.")
     return {run: {**report, "kept": {key: version[key] for key in ("code", "date", "when", "command")}}
             for version in value["versions"] for run, report in version["runs"].items()}
 

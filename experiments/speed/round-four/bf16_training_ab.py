@@ -3,11 +3,11 @@ torch.compile (what the Trainer's `--torch_compile` does), interleaved, medians;
 matmul rates at the step's shapes (`step_matmul_rates`) and the square-matmul float32 peak. Base size (6+6), 4096
 source + target tokens per batch at length 64, fused loss, fused Adam (the benchmark's `training_step`).
 
-    PYTHONPATH=. python experiments/benchmark/round-four/bf16_training_ab.py --threads 1 --repeats 5 \
+    PYTHONPATH=. python experiments/speed/round-four/bf16_training_ab.py --threads 1 --repeats 5 \
         --members dwlstm residual-prenorm marian --variants fp32 bf16 bf16_compiled
-    PYTHONPATH=. python experiments/benchmark/round-four/bf16_training_ab.py --profile dwlstm   # op table, bf16
+    PYTHONPATH=. python experiments/speed/round-four/bf16_training_ab.py --profile dwlstm   # op table, bf16
 
-"bf16_bf16_attention" is the bf16 step with the attention as it was before `modeling_translation.sdpa` (bfloat16
+"bf16_bf16_attention" is the bf16 step with the attention as it was before `building_blocks.sdpa` (bfloat16
 SDPA under autocast); "bf16" runs the code as it is.
 """
 
@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from modeling_dwlstm import modeling_translation
+from modeling_dwlstm import building_blocks
 from modeling_dwlstm.precision import cpu_features
-from nmt_toolkit.lab.benchmark import (
+from nmt_toolkit.lab.speed import (
     BenchmarkSettings,
     batch_size_for,
     build_model,
@@ -40,7 +40,7 @@ VARIANTS = {"fp32": (False, False), "bf16": (True, False), "bf16_compiled": (Tru
 
 
 def plain_sdpa(query, keys, values, attention_mask=None, dropout=0.0):
-    """The attention before `modeling_translation.sdpa`: SDPA in the inputs' dtype (bfloat16 under autocast)."""
+    """The attention before `building_blocks.sdpa`: SDPA in the inputs' dtype (bfloat16 under autocast)."""
     return F.scaled_dot_product_attention(query, keys, values, attn_mask=attention_mask, dropout_p=dropout)
 
 
@@ -49,11 +49,11 @@ def step_task(model, optimizer, batch, bf16: bool, variant: str):
     def task():
         if variant != "bf16_bf16_attention":
             return training_step(model, optimizer, batch, "cpu", bf16=bf16)
-        saved, modeling_translation.sdpa = modeling_translation.sdpa, plain_sdpa
+        saved, building_blocks.sdpa = building_blocks.sdpa, plain_sdpa
         try:
             return training_step(model, optimizer, batch, "cpu", bf16=bf16)
         finally:
-            modeling_translation.sdpa = saved
+            building_blocks.sdpa = saved
     return task
 
 
@@ -100,13 +100,7 @@ def main():
             tasks[member, variant]()  # warm-up (compiles)
             print(f"# {member} {variant}: first step {time.perf_counter() - started:.1f} s", flush=True)
             flops[member] = training_flops(build_model(member, "base"), len(batch["input_ids"]), length, length)
-    times = {key: [] for key in tasks}
-    for repeat in range(args.repeats):  # interleaved, the order rotated; each repeat printed as it ends
-        keys = list(tasks)[repeat % len(tasks):] + list(tasks)[:repeat % len(tasks)]
-        for key, (seconds,) in interleaved_times({key: tasks[key] for key in keys}, 1, "cpu").items():
-            times[key].append(seconds)
-        print(f"# repeat {repeat + 1}: " + ", ".join(f"{' '.join(key)} {values[-1]:.2f} s" for key, values in times.items()),
-              flush=True)
+    times = interleaved_times(tasks, args.repeats, "cpu", log=lambda line: print(line, flush=True))
     settings = BenchmarkSettings(threads=args.threads)
     rates = step_matmul_rates("base", settings)
     peak = matmul_peak_flops("cpu", torch.float32)

@@ -1,7 +1,0 @@
-"""`dwlstm-benchmark` (installed with the package) from a clone: the code and its --help are in
-`nmt_toolkit.lab.commands.benchmark`."""
-
-from nmt_toolkit.lab.commands.benchmark import main, run  # noqa: F401  (main: the tests call it in-process)
-
-if __name__ == "__main__":
-    run()
