@@ -40,7 +40,10 @@ search compiles its graph (about 40 s for a 6+6-layer model on a 2-core CPU; tor
 later processes), which removes the cost of running a step's operators one by one from Python. A static cache with
 a `compile_config` (`generate(..., cache_implementation="static", compile_config=...)`, as transformers' loop
 compiles greedy search) is compiled here too, in beam search as well. `generate(..., lean_decoding=False)` (or
-`model.generation_config.lean_decoding = False`) always runs transformers' loop.
+`model.generation_config.lean_decoding = False`) always runs transformers' loop. So that a model stays
+compiled whatever batches it decodes, `compile_decoding` pads each batch to a bucket (`generate_in_buckets`) and
+compiles with the batch's sizes dynamic (`mark_dynamic_sizes`): a few graphs per model (one per search and attention
+route), each model with its own (`compiled_call`).
 
 The shortlist (Jean et al. 2015; L'Hostis et al. 2016; as Marian's `--shortlist`, Sockeye's `--restrict-lexicon` and
 CTranslate2's `use_vmap`): a lexical table of likely target tokens for each source token, plus tokens always
@@ -68,6 +71,7 @@ import torch
 import transformers
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from torch.fx.experimental import _config as fx_config
 from transformers import CompileConfig, GenerationConfig, GenerationMixin
 from transformers.cache_utils import Cache, EncoderDecoderCache, StaticLayer
 from transformers.generation import GenerateBeamEncoderDecoderOutput, GenerateEncoderDecoderOutput
@@ -283,7 +287,7 @@ def translation_generate(model, inputs=None, **kwargs):
                          f"{transformers.__version__}); decode with the default cache, or upgrade transformers.")
     reason = lean_refusal(config, kwargs)
     if reason is None:
-        return GenerationMixin.generate(model, inputs, custom_generate=lean_search, **kwargs)
+        return generate_in_buckets(model, config, inputs, kwargs)
     asked = [name for name in ("use_shortlist", "compile_decoding") if getattr(config, name, False)]
     if asked and reason != "lean_decoding=False":  # never silent where the caller asked for this loop's options
         warnings.warn(f"generate(): {' and '.join(asked)} decode in transformers' loop here, because of {reason}: "
@@ -471,11 +475,31 @@ class StepForward:
     def __call__(self, step: int, model_inputs: dict):
         if self.compiled is None or step < 2 or COMPILED_CALLS[self.module][1] is None:  # eager; or past the limit
             return self.module(**model_inputs, return_dict=True)
-        for layer in model_inputs["past_key_values"].self_attention_cache.layers:
-            if not isinstance(layer, StaticLayer):
-                torch._dynamo.maybe_mark_dynamic(layer.keys, 2)  # (B, heads, length, head size)
-                torch._dynamo.maybe_mark_dynamic(layer.values, 2)
+        mark_dynamic_sizes(model_inputs)
         return run_compiled(self.module, self.compiled, model_inputs)
+
+
+def mark_dynamic_sizes(model_inputs: dict) -> None:
+    """The sizes that change from batch to batch and step to step marked dynamic before the first graph is
+    traced, so that one graph serves them all (torch.compile would specialise the first batch's sizes, then
+    compile once more): the rows, the source length, the growing cache's length. With the batch in buckets
+    (`generate_in_buckets`) a model compiles one graph per search and attention route (below and above
+    `DECODING_STEP_MIN_QUERIES`); compiling static graphs, one per bucket, would compile more of them."""
+    cache = model_inputs["past_key_values"]
+    encoder_outputs = model_inputs.get("encoder_outputs")
+    tensors = [model_inputs.get("attention_mask"), model_inputs.get("decoder_attention_mask"),
+               getattr(encoder_outputs, "last_hidden_state", None)]
+    for tensor in tensors:
+        if isinstance(tensor, torch.Tensor):
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)  # rows
+            torch._dynamo.maybe_mark_dynamic(tensor, 1)  # source length (the decoder's: cache length + 1)
+    torch._dynamo.maybe_mark_dynamic(model_inputs["decoder_input_ids"], 0)
+    for layer in [*cache.self_attention_cache.layers, *cache.cross_attention_cache.layers]:
+        if isinstance(layer, StaticLayer) or not isinstance(getattr(layer, "keys", None), torch.Tensor):
+            continue
+        for tensor in (layer.keys, layer.values):  # (rows, heads, length, head size)
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+            torch._dynamo.maybe_mark_dynamic(tensor, 2)
 
 
 def step_compile_config(model, generation_config, cache: EncoderDecoderCache) -> CompileConfig | None:
@@ -513,6 +537,65 @@ def decoding_compile_config() -> CompileConfig:
     return CompileConfig(dynamic=None, mode="default")
 
 
+# modeling_translation.DECODING_STEP_MIN_QUERIES (which imports this module): rows x heads from which a CPU decoding
+# step's attention takes its matrix-product route (the tests check that the two agree)
+DECODING_STEP_MIN_QUERIES = 256
+SOURCE_BUCKET = 16  # compiled decoding pads the source length to a multiple of this (`generate_in_buckets`)
+
+
+def generate_in_buckets(model, config: GenerationConfig, inputs, kwargs: dict):
+    """The lean loop's generate(); with `compile_decoding`, the batch padded to a bucket first, so that a model
+    compiles a few graphs whatever batches it decodes: the sentences to a power of two (copies of the first one,
+    which end when it ends), the source length to a multiple of `SOURCE_BUCKET` (masked padding, within the
+    model's positions). The copies' outputs are dropped: the sentences' tokens are those of the batch as given.
+    Left as given where other inputs follow the batch's rows (e.g. `encoder_outputs`) or the call returns a dict
+    (its scores and cache hold every row)."""
+    source = kwargs.get("input_ids", inputs)
+    padded = None
+    if getattr(config, "compile_decoding", False) and not config.return_dict_in_generate:
+        padded = bucketed_inputs(model, source, kwargs, config.num_beams or 1)
+    if padded is None:
+        return GenerationMixin.generate(model, inputs, custom_generate=lean_search, **kwargs)
+    output = GenerationMixin.generate(model, custom_generate=lean_search, **{**kwargs, **padded})
+    return output[: source.shape[0] * (config.num_return_sequences or 1)]
+
+
+def bucket_sentences(model, sentences: int, num_beams: int) -> int:
+    """The sentences a batch of `sentences` is padded to: the next power of two, and at least as many as make
+    the decoder's self-attention take its decoding-step route (`DECODING_STEP_MIN_QUERIES` rows x heads), so
+    that small batches share the graph of large ones instead of compiling one more (and never 1 sentence, a size
+    torch.compile specialises)."""
+    heads = getattr(model.config, "decoder_attention_heads", None) or 1
+    least = max(2, -(-DECODING_STEP_MIN_QUERIES // (heads * num_beams)))
+    return 1 << (max(sentences, least) - 1).bit_length()
+
+
+def bucketed_inputs(model, source, kwargs: dict, num_beams: int) -> dict | None:
+    """`generate_in_buckets`' padded `input_ids`, `attention_mask` (and decoder prompt), or None where the
+    call's inputs cannot be padded this way."""
+    rows_only = {"input_ids", "attention_mask", "decoder_input_ids"}
+    if (not isinstance(source, torch.Tensor) or source.dim() != 2 or source.dtype.is_floating_point
+            or any(isinstance(value, torch.Tensor) and name not in rows_only for name, value in kwargs.items())):
+        return None
+    sentences, length = source.shape
+    mask = kwargs.get("attention_mask")
+    mask = torch.ones_like(source) if mask is None else mask
+    limit = getattr(model.config, "max_position_embeddings", None) or math.inf
+    padded_length = max(length, min(-(-length // SOURCE_BUCKET) * SOURCE_BUCKET, limit))
+    copies = bucket_sentences(model, sentences, num_beams) - sentences
+    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    source = torch.nn.functional.pad(source, (0, padded_length - length), value=pad_id)
+    mask = torch.nn.functional.pad(mask, (0, padded_length - length), value=0)
+    padded = {"input_ids": torch.cat([source, source[:1].expand(copies, -1)]),
+              "attention_mask": torch.cat([mask, mask[:1].expand(copies, -1)])}
+    prompt = kwargs.get("decoder_input_ids")
+    if prompt is not None:
+        if prompt.dim() != 2 or prompt.shape[0] != sentences:
+            return None
+        padded["decoder_input_ids"] = torch.cat([prompt, prompt[:1].expand(copies, -1)])
+    return padded
+
+
 def compiled_call(module, compile_config: CompileConfig):
     """`module(**inputs)` through torch.compile with `compile_config`, made once per module and configuration (its
     compiled graphs are kept for the shapes seen). Called with the module first: `compiled_call(m, c)(m, **inputs)`.
@@ -548,7 +631,9 @@ def run_compiled(module, compiled, model_inputs: dict):
         # raise instead of running eagerly without a word (the setting's name in older torch releases: the second)
         setting = next(name for name in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit")
                        if hasattr(torch._dynamo.config, name))
-        with torch._dynamo.config.patch(**{setting: True}):
+        # no duck sizing: sizes equal by chance in the traced batch (rows and source length, say) would be one
+        # size in the graph, and a batch where they differ would compile another
+        with torch._dynamo.config.patch(**{setting: True}), fx_config.patch(use_duck_shape=False):
             return compiled(module, **model_inputs, return_dict=True)
     except torch._dynamo.exc.FailOnRecompileLimitHit as error:
         COMPILED_CALLS[module] = (COMPILED_CALLS[module][0], None)

@@ -613,7 +613,7 @@ def test_compiled_decoding_of_language_aware_models_decodes_the_same(fresh_compi
 
 
 def test_one_compiled_graph_serves_batches_of_any_size(fresh_compiler):
-    """After a second batch size the batch is a dynamic size too: a third size compiles nothing new."""
+    """The batch's size is a dynamic size from the first graph: other sizes compile nothing new."""
     model = tiny_model("dwlstm")
     counter = GraphCounter()
     options = compile_options(counter)
@@ -621,7 +621,7 @@ def test_one_compiled_graph_serves_batches_of_any_size(fresh_compiler):
         sources, mask = torch.cat([SOURCES, SOURCES])[:rows], torch.cat([MASK, MASK])[:rows]
         eager = model.generate(sources, attention_mask=mask, num_beams=1, max_new_tokens=6)
         assert torch.equal(model.generate(sources, attention_mask=mask, num_beams=1, max_new_tokens=6, **options), eager)
-    assert counter.graphs == 2
+    assert counter.graphs == 1
 
 
 @pytest.fixture
@@ -652,8 +652,8 @@ def test_a_model_past_the_recompile_limit_says_so_once_and_decodes_eagerly(fresh
     options = compile_options(counter)
     model.generate(SOURCES, attention_mask=MASK, num_beams=1, max_new_tokens=6, **options)
     with pytest.warns(UserWarning, match="reached torch.compile's recompile limit \\(1 graphs\\) and runs eagerly"):
-        output = model.generate(SOURCES[:2], attention_mask=MASK[:2], num_beams=1, max_new_tokens=6, **options)
-    assert torch.equal(output, model.generate(SOURCES[:2], attention_mask=MASK[:2], num_beams=1, max_new_tokens=6))
+        output = model.generate(SOURCES[:2], attention_mask=MASK[:2], num_beams=2, max_new_tokens=6, **options)
+    assert torch.equal(output, model.generate(SOURCES[:2], attention_mask=MASK[:2], num_beams=2, max_new_tokens=6))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once: later calls run eagerly without compiling or warning again
         model.generate(SOURCES[:1], attention_mask=MASK[:1], num_beams=1, max_new_tokens=6, **options)
