@@ -13,7 +13,8 @@
 # and the whole decoding suite (tests/test_decoding.py) in it. The pairs: the oldest supported transformers, one in
 # the middle and the newest, with torch 2.13.0 (on these machines' disk), and the newest with the oldest supported
 # torch, 2.6.0, which comes from PyPI as a CUDA build (about 3 GB to download, 5.5 GB installed). `make test` ends
-# with the oldest pair, COMPAT_OLDEST (torch from local disk; 2.6.0's download stays out of CI; COMPAT_OLDEST= skips).
+# with the oldest pair, COMPAT_OLDEST, compact suite only (torch from local disk; 2.6.0's download stays out of CI;
+# COMPAT_OLDEST= skips it). COMPAT_SUITES picks the suites (default both).
 # A new release is added here (docs/contributing.md).
 PYTHON ?= python3
 VENV ?= .venv
@@ -21,6 +22,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 COMPAT_MATRIX ?= 5.4.0/2.13.0 5.12.1/2.13.0 5.24.0/2.13.0 5.24.0/2.6.0
 COMPAT_OLDEST ?= 5.4.0/2.13.0
+COMPAT_SUITES ?= compat decoding
 COMPAT_DIR ?= .venv-compat
 SUDO ?= $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -41,7 +43,7 @@ quickstart: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q tests --ignore=tests/gpu --ignore=tests/compat --ignore=tests/browser
-	$(if $(COMPAT_OLDEST),$(MAKE) --no-print-directory test-compat COMPAT_MATRIX="$(COMPAT_OLDEST)")
+	$(if $(COMPAT_OLDEST),$(MAKE) --no-print-directory test-compat COMPAT_MATRIX="$(COMPAT_OLDEST)" COMPAT_SUITES=compat)
 
 test-gpu: $(STAMP)
 	$(VENV)/bin/python -c "import sys, torch; torch.cuda.is_available() or sys.exit('make test-gpu: torch ' + torch.__version__ + ' sees no CUDA device')"
@@ -49,7 +51,7 @@ test-gpu: $(STAMP)
 
 test-compat:
 	@failed=""; for pair in $(COMPAT_MATRIX); do \
-	  tests/compat/run_pair.sh "$${pair%/*}" "$${pair#*/}" "$(COMPAT_DIR)" "$(PYTHON)" || failed="$$failed $$pair"; \
+	  tests/compat/run_pair.sh "$${pair%/*}" "$${pair#*/}" "$(COMPAT_DIR)" "$(PYTHON)" "$(COMPAT_SUITES)" || failed="$$failed $$pair"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "make test-compat failed for (transformers/torch):$$failed"; exit 1; fi; \
 	echo "make test-compat: every transformers/torch pair passed: $(COMPAT_MATRIX)"
