@@ -10,10 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
-from transformers.cache_utils import EncoderDecoderCache
+from transformers.cache_utils import Cache, EncoderDecoderCache, StaticLayer
 
 from .configuration_translation import TranslationTransformerConfig
-from .generation_translation import fit_static_layer
 
 
 def attach_shared(parent: nn.Module, name: str, module: nn.Module, owned: bool):
@@ -217,6 +216,15 @@ def sdpa(query, keys, values, attention_mask=None, dropout: float = 0.0) -> torc
 def decoding_step_attention(query, keys, values, attention_mask=None):
     """Attention as two batched matrix products, what SDPA returns. values (B, H, Tk, e)."""
     return torch.matmul(attention_weights(query, keys, attention_mask), values)  # (B, H, Tq, e)
+
+
+def fit_static_layer(cache: Cache, layer_idx: int, rows: int) -> None:
+    """transformers 5.4 to 5.12 keep a static cache from one generate() call to the next where the decoder has as
+    many rows (5.24 builds a new one each call); the cross-attention's rows may differ (one per sentence where the
+    beams share its keys, one per beam where not): a static layer of another number is allocated again."""
+    layer = cache.layers[layer_idx] if layer_idx < len(cache.layers) else None
+    if isinstance(layer, StaticLayer) and layer.is_initialized and layer.keys.shape[0] != rows:
+        layer.is_initialized = False  # its next update allocates it for `rows`
 
 
 class MultiHeadAttention(nn.Module):

@@ -73,7 +73,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch.fx.experimental import _config as fx_config
 from transformers import CompileConfig, GenerationConfig, GenerationMixin
-from transformers.cache_utils import Cache, EncoderDecoderCache, StaticLayer
+from transformers.cache_utils import EncoderDecoderCache, StaticLayer
 from transformers.generation import GenerateBeamEncoderDecoderOutput, GenerateEncoderDecoderOutput
 from transformers.generation.logits_process import (
     ForcedBOSTokenLogitsProcessor,
@@ -88,6 +88,7 @@ from transformers.generation.logits_process import (
 )
 from transformers.utils import cached_file, logging
 
+from .building_blocks import DECODING_STEP_MIN_QUERIES
 from .precision import output_rows, register_packed_weights
 
 logger = logging.get_logger(__name__)
@@ -303,15 +304,6 @@ def translation_generate(model, inputs=None, **kwargs):
         mask = [ShortlistLogitsMask(allowed), *([] if config.num_beams == 1 else [LogitNormalization()])]
         kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or ()), *mask])
     return GenerationMixin.generate(model, inputs, **kwargs)
-
-
-def fit_static_layer(cache: Cache, layer_idx: int, rows: int) -> None:
-    """transformers 5.4 to 5.12 keep a static cache from one generate() call to the next where the decoder has as
-    many rows (5.24 builds a new one each call); the cross-attention's rows may differ (one per sentence where the
-    beams share its keys, one per beam where not): a static layer of another number is allocated again."""
-    layer = cache.layers[layer_idx] if layer_idx < len(cache.layers) else None
-    if isinstance(layer, StaticLayer) and layer.is_initialized and layer.keys.shape[0] != rows:
-        layer.is_initialized = False  # its next update allocates it for `rows`
 
 
 def lean_search(model, input_ids, logits_processor, stopping_criteria, generation_config, inputs_tensor=None,
@@ -537,9 +529,6 @@ def decoding_compile_config() -> CompileConfig:
     return CompileConfig(dynamic=None, mode="default")
 
 
-# modeling_translation.DECODING_STEP_MIN_QUERIES (which imports this module): rows x heads from which a CPU decoding
-# step's attention takes its matrix-product route (the tests check that the two agree)
-DECODING_STEP_MIN_QUERIES = 256
 SOURCE_BUCKET = 16  # compiled decoding pads the source length to a multiple of this (`generate_in_buckets`)
 
 

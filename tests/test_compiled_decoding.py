@@ -7,7 +7,6 @@ import torch
 from conftest import GraphCounter, random_ids, tiny_model
 from transformers import CompileConfig
 
-from modeling_dwlstm import generation_translation, modeling_translation
 from modeling_dwlstm.generation_translation import SOURCE_BUCKET, bucket_sentences, bucketed_inputs
 
 # (sentences, source length, beams): sizes on both sides of the attention routes' threshold, lengths across
@@ -22,10 +21,6 @@ def varied_batch(sentences: int, length: int, seed: int) -> tuple[torch.Tensor, 
     lengths[0] = length
     mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
     return sources, mask
-
-
-def test_the_threshold_here_is_the_models():
-    assert generation_translation.DECODING_STEP_MIN_QUERIES == modeling_translation.DECODING_STEP_MIN_QUERIES
 
 
 def test_batches_are_padded_to_a_few_buckets():
