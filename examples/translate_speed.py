@@ -1,9 +1,11 @@
-"""The translate command against generate() on the same batches and against CTranslate2's translate_file on the
-model's export (a residual model), one thread each, three interleaved repetitions (docs/inference.md).
+"""The translate command against generate() on the same batches and against CTranslate2's
+translate_file on the model's export (a residual model), one thread each, three interleaved
+repetitions (docs/inference.md).
 
     python examples/translate_speed.py MODEL WORK_DIR LINES SOURCE_FILE
     python examples/translate_speed.py run measure 300 multi30k/test_2016_flickr.en.gz
 """
+
 import gzip
 import json
 import statistics
@@ -36,35 +38,58 @@ def command():
     """The command's whole run in this process: reading, loading the model, decoding, writing."""
     out = WORK / "command.de"
     start = time.perf_counter()
-    summary = run_translation(TranslationArguments(model=MODEL, input=str(source), output=str(out), overwrite=True,
-                                                   quiet=True, threads=1, num_beams=BEAM))
+    summary = run_translation(
+        TranslationArguments(
+            model=MODEL,
+            input=str(source),
+            output=str(out),
+            overwrite=True,
+            quiet=True,
+            threads=1,
+            num_beams=BEAM,
+        )
+    )
     decode_seconds.append(summary["seconds"])  # from tokenizing to the renamed output file
     return time.perf_counter() - start, out.read_text(encoding="utf-8").splitlines()
+
 
 def plain_generate():
     """generate() on the same length-sorted batches, tokenising and detokenising, no files."""
     start = time.perf_counter()
     encoded = encode_sources(tokenizer, lines)
     out = [""] * len(lines)
-    for batch, texts in decode_batches(model, tokenizer, encoded, source_batches(lines, encoded, 4096), num_beams=BEAM):
+    for batch, texts in decode_batches(
+        model, tokenizer, encoded, source_batches(lines, encoded, 4096), num_beams=BEAM
+    ):
         for i, t in zip(batch, texts):
             out[i] = t
     return time.perf_counter() - start, out
+
 
 ct2_dir = WORK / "ct2"
 if not ct2_dir.exists():
     export_ctranslate2(MODEL, str(ct2_dir))
 translator = ctranslate2.Translator(str(ct2_dir), device="cpu", inter_threads=1, intra_threads=1)
 
+
 def ct2_file():
     out = WORK / "ct2.de"
     start = time.perf_counter()
     translator.translate_file(
-        str(source), str(out), max_batch_size=4096, batch_type="tokens", beam_size=BEAM,
-        source_tokenize_fn=lambda text: tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"]),
-        target_detokenize_fn=lambda tokens: tokenizer.decode(tokenizer.convert_tokens_to_ids(tokens),
-                                                             skip_special_tokens=True).strip())
+        str(source),
+        str(out),
+        max_batch_size=4096,
+        batch_type="tokens",
+        beam_size=BEAM,
+        source_tokenize_fn=lambda text: tokenizer.convert_ids_to_tokens(
+            tokenizer(text)["input_ids"]
+        ),
+        target_detokenize_fn=lambda tokens: tokenizer.decode(
+            tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True
+        ).strip(),
+    )
     return time.perf_counter() - start, out.read_text(encoding="utf-8").splitlines()
+
 
 times = {"command": [], "generate": [], "ct2": []}
 outputs = {}
@@ -76,11 +101,18 @@ for repeat in range(3):  # interleaved
         print(name, repeat, round(seconds, 2), flush=True)
 medians = {name: statistics.median(values) for name, values in times.items()}
 report = {
-    "lines": LINES, "beam": BEAM, "threads": 1, "seconds": times,
-    "median_lines_per_second": {name: round(LINES / seconds, 1) for name, seconds in medians.items()},
+    "lines": LINES,
+    "beam": BEAM,
+    "threads": 1,
+    "seconds": times,
+    "median_lines_per_second": {
+        name: round(LINES / seconds, 1) for name, seconds in medians.items()
+    },
     "command_overhead_vs_generate": round(medians["command"] / medians["generate"] - 1, 4),
     "command_decode_seconds": decode_seconds,
-    "command_decoding_overhead_vs_generate": round(statistics.median(decode_seconds) / medians["generate"] - 1, 4),
+    "command_decoding_overhead_vs_generate": round(
+        statistics.median(decode_seconds) / medians["generate"] - 1, 4
+    ),
     "command_equals_generate": outputs["command"] == outputs["generate"],
     "ct2_lines_equal_to_command": sum(a == b for a, b in zip(outputs["ct2"], outputs["command"])),
 }

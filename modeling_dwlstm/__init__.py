@@ -45,7 +45,11 @@ from .modeling_rezero import (
     ReZeroTransformerForConditionalGeneration,
     ReZeroTransformerModel,
 )
-from .modeling_rnn import DepthWiseRnnConfig, DepthWiseRnnForConditionalGeneration, DepthWiseRnnModel
+from .modeling_rnn import (
+    DepthWiseRnnConfig,
+    DepthWiseRnnForConditionalGeneration,
+    DepthWiseRnnModel,
+)
 from .modeling_translation import (
     LayerState,
     TranslationTransformerForConditionalGeneration,
@@ -60,8 +64,18 @@ from .modeling_transparent import (
 from .pipeline_translation import TranslationPipeline, register_translation_pipeline
 
 # One record per member (`MEMBER` in its modeling file): a new member adds its module here.
-MEMBERS = [module.MEMBER for module in (modeling_dwlstm, modeling_residual, modeling_highway, modeling_rnn,
-                                        modeling_dlcl, modeling_transparent, modeling_rezero)]
+MEMBERS = [
+    module.MEMBER
+    for module in (
+        modeling_dwlstm,
+        modeling_residual,
+        modeling_highway,
+        modeling_rnn,
+        modeling_dlcl,
+        modeling_transparent,
+        modeling_rezero,
+    )
+]
 # (config, bare model, translation model) of every family member.
 FAMILY = [(member.config_class, member.model_class, member.generation_class) for member in MEMBERS]
 

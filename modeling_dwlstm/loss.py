@@ -12,39 +12,52 @@ chunk of rows (the loss is a scalar, so backward only scales it):
 and the two gradient matmuls run once over the whole buffer: one (tokens, V) buffer instead of five,
 the same matmuls, the plain path's results to float rounding (tests/test_loss.py), bfloat16 autocast
 as there.
-"""
+"""  # noqa: E501
 
 import torch
 import torch.nn.functional as F
 
 IGNORE_INDEX = -100
-ROWS_PER_CHUNK_ELEMENTS = 1 << 23  # the softmax runs over chunks of about 8M logits (32 MB in float32)
+# the softmax runs over chunks of about 8M logits (32 MB in float32)
+ROWS_PER_CHUNK_ELEMENTS = 1 << 23
 
 
 class LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
-    """loss(hidden (N, d), weight (V, d), targets (N,)) with the gradients computed in forward (module docstring)."""
+    """loss(hidden (N, d), weight (V, d), targets (N,)) with the gradients computed in forward
+    (module docstring)."""
 
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, smoothing: float):
+    def forward(
+        ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, smoothing: float
+    ):
         vocab, device = weight.shape[0], hidden.device.type
-        compute_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+        compute_dtype = (
+            torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+        )
         kept = targets != IGNORE_INDEX  # (N,)
         tokens = kept.sum().clamp(min=1)
-        gradient = torch.empty(hidden.shape[0], vocab, dtype=compute_dtype, device=hidden.device)  # (N, V)
+        # (N, V)
+        gradient = torch.empty(hidden.shape[0], vocab, dtype=compute_dtype, device=hidden.device)
         losses = torch.zeros(hidden.shape[0], dtype=torch.float32, device=hidden.device)  # (N,)
         rows = max(1, ROWS_PER_CHUNK_ELEMENTS // vocab)
         for start in range(0, hidden.shape[0], rows):
             block = slice(start, start + rows)
-            if compute_dtype == torch.float32:  # the logits land in the buffer and become their gradient in place
-                z = torch.mm(hidden[block].float(), weight.float().t(), out=gradient[block])  # (rows, V)
+            # the logits land in the buffer and become their gradient in place
+            if compute_dtype == torch.float32:
+                # (rows, V)
+                z = torch.mm(hidden[block].float(), weight.float().t(), out=gradient[block])
             else:
                 z = F.linear(hidden[block], weight).float()  # low-precision matmul, float32 softmax
             target = targets[block].clamp(min=0).unsqueeze(1)  # (rows, 1)
             log_normaliser = torch.logsumexp(z, dim=1, keepdim=True)  # (rows, 1)
-            smoothed = (1 - smoothing) * z.gather(1, target) + smoothing / vocab * z.sum(1, keepdim=True)
+            smoothed = (1 - smoothing) * z.gather(1, target) + smoothing / vocab * z.sum(
+                1, keepdim=True
+            )
             losses[block] = (log_normaliser - smoothed).squeeze(1) * kept[block]
             z.sub_(log_normaliser).exp_().sub_(smoothing / vocab)  # softmax(z) - e / V
-            z.scatter_add_(1, target, torch.full(target.shape, smoothing - 1, dtype=z.dtype, device=z.device))
+            z.scatter_add_(
+                1, target, torch.full(target.shape, smoothing - 1, dtype=z.dtype, device=z.device)
+            )
             z.mul_(kept[block].unsqueeze(1) / tokens)
             if compute_dtype != torch.float32:
                 gradient[block] = z
@@ -56,17 +69,24 @@ class LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
         hidden, weight, gradient = ctx.saved_tensors
         grad_hidden = grad_weight = None
         if ctx.needs_input_grad[0]:
-            grad_hidden = (gradient @ weight.to(gradient.dtype)).to(hidden.dtype) * grad_output  # (N, d)
+            # (N, d)
+            grad_hidden = (gradient @ weight.to(gradient.dtype)).to(hidden.dtype) * grad_output
         if ctx.needs_input_grad[1]:
-            grad_weight = (gradient.t() @ hidden.to(gradient.dtype)).to(weight.dtype) * grad_output  # (V, d)
+            # (V, d)
+            grad_weight = (gradient.t() @ hidden.to(gradient.dtype)).to(weight.dtype) * grad_output
         return grad_hidden, grad_weight, None, None
 
 
-def linear_label_smoothed_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                                        smoothing: float) -> torch.Tensor:
-    """Mean label-smoothed cross-entropy of `F.linear(hidden, weight)` against `labels` (IGNORE_INDEX ignored):
-    `F.cross_entropy(F.linear(hidden, weight), labels, label_smoothing=smoothing)` without its logits."""
-    return LinearLabelSmoothedCrossEntropy.apply(hidden.flatten(0, -2), weight, labels.flatten(), smoothing)
+def linear_label_smoothed_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, smoothing: float
+) -> torch.Tensor:
+    """Mean label-smoothed cross-entropy of `F.linear(hidden, weight)` against `labels`
+    (IGNORE_INDEX ignored):
+    `F.cross_entropy(F.linear(hidden, weight), labels, label_smoothing=smoothing)` without
+    its logits."""
+    return LinearLabelSmoothedCrossEntropy.apply(
+        hidden.flatten(0, -2), weight, labels.flatten(), smoothing
+    )
 
 
 __all__ = ["IGNORE_INDEX", "LinearLabelSmoothedCrossEntropy", "linear_label_smoothed_cross_entropy"]

@@ -46,16 +46,18 @@ MAX_FORGET_GATE_BIAS = 100.0  # |forget_gate_bias| at most: sigmoid(20) is 1 in 
 
 class DepthWiseConfig(TranslationTransformerConfig):
     r"""
-    The fields the depth-wise LSTM and the depth-wise RNN share: their hidden module and decoder merge
-    (not a member itself; `DwLstmConfig` and `DepthWiseRnnConfig` extend it).
+    The fields the depth-wise LSTM and the depth-wise RNN share: their hidden module and decoder
+    merge (not a member itself; `DwLstmConfig` and `DepthWiseRnnConfig` extend it).
 
-    Args:
-        lstm_hidden (`str`, defaults to "glu"): "linear" (Xu et al. 2024, Eq. 5), "ffn" (Xu et al. 2020, Eq. 8)
+    Args: lstm_hidden (`str`, defaults to "glu"): "linear" (Xu et al. 2024, Eq. 5), "ffn" (Xu et al.
+        2020, Eq. 8)
             or "glu" (Xu et al. 2024, Eq. 6).
         lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh").
         share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
-        decoder_merge (`str`, defaults to "add"): how a decoder layer merges its self-attention result s
-            and cross-attention result x: s + x ("add") or [s; x] ("concat", a 3d input); see the members.
+        decoder_merge (`str`, defaults to "add"): how a decoder layer merges its self-attention
+        result s
+            and cross-attention result x: s + x ("add") or [s; x] ("concat", a 3d input); see the
+            members.
     """
 
     lstm_hidden: str = "glu"
@@ -72,7 +74,9 @@ class DepthWiseConfig(TranslationTransformerConfig):
         if not isinstance(self.share_hidden, bool):
             raise ValueError(f"`share_hidden` must be True or False, got {self.share_hidden!r}.")
         if self.lstm_hidden == "glu" and self.ffn_dim % 2:
-            raise ValueError(f"`ffn_dim` must be even for lstm_hidden='glu' (GLU halves it), got {self.ffn_dim}.")
+            raise ValueError(
+                f"`ffn_dim` must be even for lstm_hidden='glu' (GLU halves it), got {self.ffn_dim}."
+            )
         check_choice("decoder_merge", self.decoder_merge, self.decoder_merges)
 
     def unused_fields(self) -> tuple[str, ...]:
@@ -106,23 +110,27 @@ class DwLstmConfig(DepthWiseConfig):
         lstm_activation (`str`, defaults to "gelu"): `act` of "linear" and "ffn" ("gelu" or "tanh");
             "glu" uses its own sigmoid gate and no other activation.
         share_gates (`str`, defaults to "per_stack"): one gate module for every layer of both stacks
-            ("global"), one per stack ("per_stack", Xu et al. 2024's default) or one per layer ("none").
-            With `decoder_merge="concat"` the decoder's gates read a 3d input and cannot be shared
-            with the encoder's, so "global" then means one module per stack.
+            ("global"), one per stack ("per_stack", Xu et al. 2024's default) or one per layer
+            ("none"). With `decoder_merge="concat"` the decoder's gates read a 3d input and cannot
+            be shared with the encoder's, so "global" then means one module per stack.
         share_hidden (`bool`, defaults to False): one hidden module per stack instead of per layer.
-        forget_gate_bias (`float`, defaults to 0.0): where the forget gates' LayerNorm bias starts. 0 is the
-            papers' initialisation (their LayerNorms start at ones and zeros), under which every forget gate starts
-            near sigmoid(0) = 0.5 and a 12-layer stack passes about 0.5^12 of the embedding's cell to its top; b > 0
-            starts them near sigmoid(b) (1: 0.73 per layer, 2: 0.88), as LSTMs over time often do (Gers et al.
-            2000; Jozefowicz et al. 2015). Only the initialisation changes: a saved model loads the same either way.
+        forget_gate_bias (`float`, defaults to 0.0): where the forget gates' LayerNorm bias starts.
+        0 is the
+            papers' initialisation (their LayerNorms start at ones and zeros), under which every
+            forget gate starts near sigmoid(0) = 0.5 and a 12-layer stack passes about 0.5^12 of the
+            embedding's cell to its top; b > 0 starts them near sigmoid(b) (1: 0.73 per layer, 2:
+            0.88), as LSTMs over time often do (Gers et al. 2000; Jozefowicz et al. 2015). Only the
+            initialisation changes: a saved model loads the same either way.
         decoder_merge (`str`, defaults to "add"): how a decoder layer combines its self-attention
             result s and cross-attention result x before the LSTM: "add" (s + x), "concat" ([s; x],
-            a 3d LSTM input) or "two_lstm" (Xu et al. 2024, Fig. 3b: one depth-wise LSTM after the self-attention
-            and another after the cross-attention; each has its own hidden module unless `share_hidden`).
+            a 3d LSTM input) or "two_lstm" (Xu et al. 2024, Fig. 3b: one depth-wise LSTM after the
+            self-attention and another after the cross-attention; each has its own hidden module
+            unless `share_hidden`).
 
-    Dropout (our choice; the papers leave it to their toolkit): `dropout` on attention results before
-    they enter the LSTM, `activation_dropout` between the two matrices of the "ffn" and "glu" hidden.
-    """
+    Dropout (our choice; the papers leave it to their toolkit): `dropout` on attention results
+    before they enter the LSTM, `activation_dropout` between the two matrices of the "ffn" and
+    "glu" hidden.
+    """  # noqa: E501
 
     model_type = "dwlstm"
 
@@ -135,10 +143,17 @@ class DwLstmConfig(DepthWiseConfig):
         super().check_values()
         check_choice("share_gates", self.share_gates, ("global", "per_stack", "none"))
         bias = self.forget_gate_bias
-        # Bounded: a float32 parameter holds it (1e39 overflowed), and past about +-20 the sigmoid is flat anyway.
-        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not abs(bias) <= MAX_FORGET_GATE_BIAS:
-            raise ValueError(f"`forget_gate_bias` must be a finite number within +-{MAX_FORGET_GATE_BIAS:g} (0.0 is "
-                             f"the papers' initialisation), got {bias!r}.")
+        # Bounded: a float32 parameter holds it (1e39 overflowed), and past about +-20 the sigmoid
+        # is flat anyway.
+        if (
+            isinstance(bias, bool)
+            or not isinstance(bias, (int, float))
+            or not abs(bias) <= MAX_FORGET_GATE_BIAS
+        ):
+            raise ValueError(
+                f"`forget_gate_bias` must be a finite number within +-{MAX_FORGET_GATE_BIAS:g} "
+                f"(0.0 is the papers' initialisation), got {bias!r}."
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,10 +167,10 @@ class DepthWiseLstmGates(nn.Linear):
         i, f, g = sigmoid(LN_k(z_k))   k = input, forget, output   (`activations`)
 
     with a LayerNorm per gate (weights (3, d)) done as one batched normalisation. `forward` is
-    nn.Linear's, the linear map alone, so that quantisers, LoRA and pruning tools see the gate projection
-    as the projection it is and a wrapper around it stays correct; the step applies `activations` after
-    it. `blocks = 3` makes the skeleton's `_init_weights` Xavier-initialise each W_k as its own matrix
-    (docs/members.md); the LayerNorm parameters are set by `init_parameters`.
+    nn.Linear's, the linear map alone, so that quantisers, LoRA and pruning tools see the gate
+    projection as the projection it is and a wrapper around it stays correct; the step applies
+    `activations` after it. `blocks = 3` makes the skeleton's `_init_weights` Xavier-initialise each
+    W_k as its own matrix (docs/members.md); the LayerNorm parameters are set by `init_parameters`.
     """
 
     blocks = 3
@@ -167,8 +182,9 @@ class DepthWiseLstmGates(nn.Linear):
         self.norm_bias = nn.Parameter(torch.zeros(3, d_model))
 
     def reset_parameters(self):
-        """Zeros instead of nn.Linear's Kaiming draw (`_init_weights` sets the real values): drawing no random
-        numbers here keeps a seeded model's weights what they were before the gates became an nn.Linear."""
+        """Zeros instead of nn.Linear's Kaiming draw (`_init_weights` sets the real values): drawing
+        no random numbers here keeps a seeded model's weights what they were before the gates became
+        an nn.Linear."""
         nn.init.zeros_(self.weight)
         nn.init.zeros_(self.bias)
 
@@ -185,8 +201,9 @@ class DepthWiseLstmGates(nn.Linear):
 
 
 class LanguageAwareDepthWiseLstmGates(DepthWiseLstmGates):
-    """The gates with LaLN (Zhang et al. 2020): each gate's LayerNorm has one gain and bias per target
-    language, `norm_weight` / `norm_bias` of shape (languages, 3, d); a sentence uses its target language's."""
+    """The gates with LaLN (Zhang et al. 2020): each gate's LayerNorm has one gain and bias per
+    target language, `norm_weight` / `norm_bias` of shape (languages, 3, d); a sentence uses its
+    target language's."""
 
     reads_target_language = True
 
@@ -197,16 +214,20 @@ class LanguageAwareDepthWiseLstmGates(DepthWiseLstmGates):
 
     def activations(self, projected: torch.Tensor) -> tuple[torch.Tensor, ...]:
         rows = self.target_language.rows  # (B,)
-        gates = F.layer_norm(projected.unflatten(-1, (3, self.d_model)), (self.d_model,))  # (B, T, 3, d)
-        gates = gates * self.norm_weight[rows, None] + self.norm_bias[rows, None]  # each sentence's (1, 3, d)
+        # (B, T, 3, d)
+        gates = F.layer_norm(projected.unflatten(-1, (3, self.d_model)), (self.d_model,))
+        # each sentence's (1, 3, d)
+        gates = gates * self.norm_weight[rows, None] + self.norm_bias[rows, None]
         return torch.sigmoid(gates).unbind(-2)  # three (B, T, d)
 
 
 def make_gates(config: TranslationTransformerConfig, input_dim: int) -> DepthWiseLstmGates:
-    """The gate module of `config`: `DepthWiseLstmGates`, language-aware with `language_aware_norm`."""
+    """The gate module of `config`: `DepthWiseLstmGates`, language-aware with
+    `language_aware_norm`."""
     if config.language_aware_norm:
-        return LanguageAwareDepthWiseLstmGates(input_dim, config.d_model, len(config.target_languages),
-                                               config.forget_gate_bias)
+        return LanguageAwareDepthWiseLstmGates(
+            input_dim, config.d_model, len(config.target_languages), config.forget_gate_bias
+        )
     return DepthWiseLstmGates(input_dim, config.d_model, config.forget_gate_bias)
 
 
@@ -240,7 +261,7 @@ class FeedForwardHidden(nn.Module):
 
 
 class GluHidden(nn.Module):
-    """h = W_2 GLU(LN(W_1 c + b_1)) + b_2, GLU(a; b) = a * sigmoid(b) halves d_ff (Xu et al. 2024, Eq. 6)."""
+    """h = W_2 GLU(LN(W_1 c + b_1)) + b_2, GLU(a; b) = a * sigmoid(b) halves d_ff (Xu et al. 2024, Eq. 6)."""  # noqa: E501
 
     def __init__(self, input_dim: int, config: DwLstmConfig):
         super().__init__()
@@ -268,31 +289,41 @@ class DepthWiseLstm(nn.Module):
     step's place, (stack, layer index, sub-layer), and decides which shared module it gets.
     """
 
-    def __init__(self, config: DwLstmConfig, input_dim: int, shared_modules: SharedModules, scope: tuple):
+    def __init__(
+        self, config: DwLstmConfig, input_dim: int, shared_modules: SharedModules, scope: tuple
+    ):
         super().__init__()
         stack = scope[0]
         gate_scope = {"global": (), "per_stack": (stack,), "none": scope}[config.share_gates]
         hidden_scope = (stack,) if config.share_hidden else scope
-        # The gates are registered in the first step of their scope (a checkpoint holds them once) and every
-        # step looks them up in that step's module slots (`gate_slots`, a plain dict, not a module), so a tool
-        # that replaces the registered module (a LoRA wrapper) reaches every step.
-        gate_slots, owns_gates = shared_modules.get(("gates", input_dim, *gate_scope), lambda: self._modules)
+        # The gates are registered in the first step of their scope (a checkpoint holds them once)
+        # and every step looks them up in that step's module slots (`gate_slots`, a plain dict, not
+        # a module), so a tool that replaces the registered module (a LoRA wrapper) reaches
+        # every step.
+        gate_slots, owns_gates = shared_modules.get(
+            ("gates", input_dim, *gate_scope), lambda: self._modules
+        )
         if owns_gates:
             self.gates = make_gates(config, input_dim)
         object.__setattr__(self, "gate_slots", gate_slots)
-        object.__setattr__(self, "gate_activations", gate_slots["gates"].activations)  # a wrapper lacks them
+        # a wrapper lacks them
+        object.__setattr__(self, "gate_activations", gate_slots["gates"].activations)
         hidden, owns_hidden = shared_modules.get(
-            ("hidden", input_dim, *hidden_scope), lambda: LSTM_HIDDEN_CLASSES[config.lstm_hidden](input_dim, config)
+            ("hidden", input_dim, *hidden_scope),
+            lambda: LSTM_HIDDEN_CLASSES[config.lstm_hidden](input_dim, config),
         )
-        attach_shared(self, "hidden", hidden, owns_hidden)  # tools replace the Linear maps inside it: seen by all
+        # tools replace the Linear maps inside it: seen by all
+        attach_shared(self, "hidden", hidden, owns_hidden)
 
     @property
     def gates(self) -> nn.Module:
-        """The gate projection as registered: `DepthWiseLstmGates`, or what a tool put in its place."""
+        """The gate projection as registered: `DepthWiseLstmGates`, or what a tool put in its
+        place."""
         return self.gate_slots["gates"]
 
     def used_modules(self) -> dict[str, nn.Module]:
-        """Modules this step calls but may not own (for tools that count work per use, e.g. the benchmark)."""
+        """Modules this step calls but may not own (for tools that count work per use, e.g. the
+        benchmark)."""
         return {"gates": self.gates, "hidden": self.hidden}
 
     @staticmethod
@@ -301,7 +332,8 @@ class DepthWiseLstm(nn.Module):
 
     def forward(self, x: torch.Tensor, state: LayerState) -> LayerState:
         concatenated = torch.cat([x, state.output], dim=-1)  # (B, T, input_dim)
-        input_gate, forget_gate, output_gate = self.gate_activations(self.gates(concatenated))  # (B, T, d) each
+        # (B, T, d) each
+        input_gate, forget_gate, output_gate = self.gate_activations(self.gates(concatenated))
         cell = forget_gate * state.cell + input_gate * self.hidden(concatenated)
         return LayerState(output=output_gate * cell, cell=cell)
 
@@ -312,9 +344,9 @@ class DepthWiseLstm(nn.Module):
 
 
 class DepthWiseLayer(TranslationLayer):
-    """What the depth-wise layers share: a step over depth in place of residual connections and the FFN.
-    `step_class` is that step and `step_name` its attribute (and checkpoint key); the depth-wise RNN
-    (`modeling_rnn`) reuses the layers below with its own step."""
+    """What the depth-wise layers share: a step over depth in place of residual connections and the
+    FFN. `step_class` is that step and `step_name` its attribute (and checkpoint key); the
+    depth-wise RNN (`modeling_rnn`) reuses the layers below with its own step."""
 
     step_class, step_name = DepthWiseLstm, "depthwise_lstm"
 
@@ -332,19 +364,25 @@ class DepthWiseLstmEncoderLayer(DepthWiseLayer):
     def __init__(self, config: DepthWiseConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
         self.self_attn = MultiHeadAttention(config, config.encoder_attention_heads, layer_idx)
-        step = self.step_class(config, 2 * config.d_model, shared_modules, ("encoder", layer_idx, 0))
+        step = self.step_class(
+            config, 2 * config.d_model, shared_modules, ("encoder", layer_idx, 0)
+        )
         self.add_module(self.step_name, step)
         self.dropout = config.dropout
 
     def forward(self, hidden_states, cell=None, *, attention_mask=None, output_attentions=False):
-        attended, weights = self.self_attn(hidden_states, attention_mask=attention_mask, output_attentions=output_attentions)
+        attended, weights = self.self_attn(
+            hidden_states, attention_mask=attention_mask, output_attentions=output_attentions
+        )
         attended = F.dropout(attended, self.dropout, self.training)  # (B, S, d)
-        return LayerOutput(*self.step(attended, LayerState(hidden_states, cell)), self_attention=weights)
+        return LayerOutput(
+            *self.step(attended, LayerState(hidden_states, cell)), self_attention=weights
+        )
 
 
 class DepthWiseLstmDecoderLayer(DepthWiseLayer):
     """s = MaskedSelfAttn(o_{l-1});  x = CrossAttn(s + o_{l-1}, enc);  (o_l, c_l) = LSTM(merge(s, x), o_{l-1}, c_{l-1})
-    with merge = s + x ("add") or [s; x] ("concat")   (Xu et al. 2024, Fig. 3a; the query s + o_{l-1} as in Xu et al. 2020, §3.3)."""
+    with merge = s + x ("add") or [s; x] ("concat")   (Xu et al. 2024, Fig. 3a; the query s + o_{l-1} as in Xu et al. 2020, §3.3)."""  # noqa: E501
 
     def __init__(self, config: DepthWiseConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
@@ -357,44 +395,85 @@ class DepthWiseLstmDecoderLayer(DepthWiseLayer):
         self.add_module(self.step_name, step)
         self.dropout = config.dropout
 
-    def forward(self, hidden_states, cell=None, encoder_hidden_states=None, *, attention_mask=None,
-                encoder_attention_mask=None, past_key_values=None, output_attentions=False):
-        s, self_weights = self.self_attn(hidden_states, attention_mask=attention_mask, past_key_values=past_key_values,
-                                         output_attentions=output_attentions)
+    def forward(
+        self,
+        hidden_states,
+        cell=None,
+        encoder_hidden_states=None,
+        *,
+        attention_mask=None,
+        encoder_attention_mask=None,
+        past_key_values=None,
+        output_attentions=False,
+    ):
+        s, self_weights = self.self_attn(
+            hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
+        )
         s = F.dropout(s, self.dropout, self.training)  # (B, T, d)
         x, cross_weights = self.cross_attn(
-            s + hidden_states, attention_mask=encoder_attention_mask, key_value_states=encoder_hidden_states,
-            past_key_values=past_key_values, output_attentions=output_attentions,
+            s + hidden_states,
+            attention_mask=encoder_attention_mask,
+            key_value_states=encoder_hidden_states,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
         )
         x = F.dropout(x, self.dropout, self.training)  # (B, T, d)
         merged = torch.cat([s, x], dim=-1) if self.concat else s + x
-        return LayerOutput(*self.step(merged, LayerState(hidden_states, cell)), self_weights, cross_weights)
+        return LayerOutput(
+            *self.step(merged, LayerState(hidden_states, cell)), self_weights, cross_weights
+        )
 
 
 class TwoLstmDecoderLayer(TranslationLayer):
-    """Xu et al. 2024, Fig. 3b: a depth-wise LSTM after each attention sub-layer, replacing both residual connections.
-        s = MaskedSelfAttn(o_{l-1});  (o', c') = LSTM_1(s, o_{l-1}, c_{l-1})
-        x = CrossAttn(o', enc);       (o_l, c_l) = LSTM_2(x, o', c')"""
+    """Xu et al. 2024, Fig. 3b: a depth-wise LSTM after each attention sub-layer, replacing both
+    residual connections.
+    s = MaskedSelfAttn(o_{l-1});  (o', c') = LSTM_1(s, o_{l-1}, c_{l-1})
+    x = CrossAttn(o', enc);       (o_l, c_l) = LSTM_2(x, o', c')"""
 
     def __init__(self, config: DwLstmConfig, layer_idx: int, shared_modules: SharedModules):
         super().__init__()
         d, heads = config.d_model, config.decoder_attention_heads
         self.self_attn = MultiHeadAttention(config, heads, layer_idx)
-        self.self_attn_lstm = DepthWiseLstm(config, 2 * d, shared_modules, ("decoder", layer_idx, 0))
+        self.self_attn_lstm = DepthWiseLstm(
+            config, 2 * d, shared_modules, ("decoder", layer_idx, 0)
+        )
         self.cross_attn = MultiHeadAttention(config, heads, layer_idx, is_cross_attention=True)
-        self.cross_attn_lstm = DepthWiseLstm(config, 2 * d, shared_modules, ("decoder", layer_idx, 1))
+        self.cross_attn_lstm = DepthWiseLstm(
+            config, 2 * d, shared_modules, ("decoder", layer_idx, 1)
+        )
         self.dropout = config.dropout
 
     initial_state = staticmethod(DepthWiseLstm.initial_state)
 
-    def forward(self, hidden_states, cell=None, encoder_hidden_states=None, *, attention_mask=None,
-                encoder_attention_mask=None, past_key_values=None, output_attentions=False):
-        s, self_weights = self.self_attn(hidden_states, attention_mask=attention_mask, past_key_values=past_key_values,
-                                         output_attentions=output_attentions)
-        state = self.self_attn_lstm(F.dropout(s, self.dropout, self.training), LayerState(hidden_states, cell))
+    def forward(
+        self,
+        hidden_states,
+        cell=None,
+        encoder_hidden_states=None,
+        *,
+        attention_mask=None,
+        encoder_attention_mask=None,
+        past_key_values=None,
+        output_attentions=False,
+    ):
+        s, self_weights = self.self_attn(
+            hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
+        )
+        state = self.self_attn_lstm(
+            F.dropout(s, self.dropout, self.training), LayerState(hidden_states, cell)
+        )
         x, cross_weights = self.cross_attn(
-            state.output, attention_mask=encoder_attention_mask, key_value_states=encoder_hidden_states,
-            past_key_values=past_key_values, output_attentions=output_attentions,
+            state.output,
+            attention_mask=encoder_attention_mask,
+            key_value_states=encoder_hidden_states,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
         )
         state = self.cross_attn_lstm(F.dropout(x, self.dropout, self.training), state)
         return LayerOutput(*state, self_weights, cross_weights)
@@ -411,7 +490,10 @@ class DwLstmModel(TranslationTransformerModel):
     @classmethod
     def layer_classes(cls, config: DwLstmConfig) -> tuple[type, type]:
         two_lstm = config.decoder_merge == "two_lstm"
-        return DepthWiseLstmEncoderLayer, TwoLstmDecoderLayer if two_lstm else DepthWiseLstmDecoderLayer
+        return (
+            DepthWiseLstmEncoderLayer,
+            TwoLstmDecoderLayer if two_lstm else DepthWiseLstmDecoderLayer,
+        )
 
 
 class DwLstmForConditionalGeneration(TranslationTransformerForConditionalGeneration):
@@ -442,7 +524,8 @@ MEMBER = FamilyMember(
     name="Transformer with depth-wise LSTMs (Xu et al.)",
     citations=(XU_2024, XU_2020),
     card_fields=("lstm_hidden", "lstm_activation", "share_gates", "share_hidden", "decoder_merge"),
-    projections=("gates", "fc1", "fc2", "projection"),  # gates; the hidden computation: fc1, fc2 (ffn, glu) or projection (linear)
+    # gates; the hidden computation: fc1, fc2 (ffn, glu) or projection (linear)
+    projections=("gates", "fc1", "fc2", "projection"),
     presets={"dwlstm": {}},
 )
 

@@ -10,9 +10,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .configuration_translation import FamilyMember, TranslationTransformerConfig, check_choice, check_int
-from .modeling_residual import VASWANI_2017, PostNormResidual, ResidualDecoderLayer, ResidualEncoderLayer
-from .modeling_translation import TranslationTransformerForConditionalGeneration, TranslationTransformerModel
+from .configuration_translation import (
+    FamilyMember,
+    TranslationTransformerConfig,
+    check_choice,
+    check_int,
+)
+from .modeling_residual import (
+    VASWANI_2017,
+    PostNormResidual,
+    ResidualDecoderLayer,
+    ResidualEncoderLayer,
+)
+from .modeling_translation import (
+    TranslationTransformerForConditionalGeneration,
+    TranslationTransformerModel,
+)
 
 # transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
 # a model's own file imports (later releases follow the imports further): the files that
@@ -40,21 +53,23 @@ class HighwayTransformerConfig(TranslationTransformerConfig):
         "highway_gate"  U = LN((1 - T(X)) * X + T(X) * f(X) + F(X))           (Chai et al. 2020, Eqs. 26-29)
         "gated_mhdpa"   U = LN(X + (1 - T(X)) * F(X) + T(X) * f(X))           (Chai et al. 2020, Eqs. 30-31)
 
-    Args:
-        sdu_gate (`str`, defaults to "sigmoid"): Psi of the "sdu" variant, "sigmoid" or "tanh" (Chai et al. 2020, Eq. 21).
-            The two highway variants use the sigmoid transform gate of Chai et al. 2020, Eq. 26 (their carry gate is
-            1 - T), so they accept only "sigmoid".
+    Args: sdu_gate (`str`, defaults to "sigmoid"): Psi of the "sdu" variant, "sigmoid" or "tanh"
+        (Chai et al. 2020, Eq. 21).
+            The two highway variants use the sigmoid transform gate of Chai et al. 2020, Eq. 26
+            (their carry gate is 1 - T), so they accept only "sigmoid".
         highway_variant (`str`, defaults to "sdu"): "sdu", "highway_gate" or "gated_mhdpa" (above).
         sdu_layers (`int` or `None`, defaults to None): None gates every layer of both stacks (the
-            30 gated sub-layers at 6+6); an integer k gates only layers 1..k of each stack (Chai et al. 2020, Tables
-            5-6, e.g. "L1-2"), the layers above are plain post-norm residual layers. A stack with fewer
-            than k layers is gated throughout; k must be between 1 and the deeper stack's depth.
-        sdu_ffn (`bool`, defaults to True): gate the FFN sub-layers too; False gates only the attention
-            sub-layers (self- and cross-attention), Chai et al. 2020, Table 5's "\\FFN" setting (18 gated sub-layers at 6+6).
+            30 gated sub-layers at 6+6); an integer k gates only layers 1..k of each stack (Chai et
+            al. 2020, Tables 5-6, e.g. "L1-2"), the layers above are plain post-norm residual
+            layers. A stack with fewer than k layers is gated throughout; k must be between 1 and
+            the deeper stack's depth.
+        sdu_ffn (`bool`, defaults to True): gate the FFN sub-layers too; False gates only the
+            attention sub-layers (self- and cross-attention), Chai et al. 2020, Table 5's "\\FFN"
+            setting (18 gated sub-layers at 6+6).
 
-    Dropout (our choice): `dropout` on F(X) and on the gated branch T(X) * f(X), as on every sub-layer
-    output of the residual model; nothing is dropped from the carried input X.
-    """
+    Dropout (our choice): `dropout` on F(X) and on the gated branch T(X) * f(X), as on every
+    sub-layer output of the residual model; nothing is dropped from the carried input X.
+    """  # noqa: E501
 
     model_type = "dwlstm-highway"
 
@@ -66,11 +81,15 @@ class HighwayTransformerConfig(TranslationTransformerConfig):
     def check_values(self):
         super().check_values()
         check_choice("sdu_gate", self.sdu_gate, ("sigmoid", "tanh"))
-        check_choice("highway_variant", self.highway_variant, ("sdu", "highway_gate", "gated_mhdpa"))
+        check_choice(
+            "highway_variant", self.highway_variant, ("sdu", "highway_gate", "gated_mhdpa")
+        )
         if self.highway_variant != "sdu" and self.sdu_gate != "sigmoid":
             raise ValueError(
-                f"`sdu_gate={self.sdu_gate!r}` applies to highway_variant='sdu' only: {self.highway_variant!r} uses "
-                "the sigmoid transform gate T of Chai et al. 2020, Eq. 26 (its carry gate is 1 - T). Set sdu_gate='sigmoid'."
+                f"`sdu_gate={self.sdu_gate!r}` applies to highway_variant='sdu' only: "
+                f"{self.highway_variant!r} uses "
+                "the sigmoid transform gate T of Chai et al. 2020, Eq. 26 (its carry gate is 1 - "
+                "T). Set sdu_gate='sigmoid'."
             )
         deepest = max(self.encoder_layers, self.decoder_layers)
         if not isinstance(self.sdu_ffn, bool):
@@ -79,20 +98,24 @@ class HighwayTransformerConfig(TranslationTransformerConfig):
             check_int("sdu_layers", self.sdu_layers, 1)
             if self.sdu_layers > deepest:
                 raise ValueError(
-                    f"`sdu_layers` gates layers 1..k and must be at most the deeper stack's {deepest} layers, got "
-                    f"{self.sdu_layers}; use sdu_layers=None to gate every layer."
+                    "`sdu_layers` gates layers 1..k and must be at most the deeper stack's "
+                    f"{deepest} layers, got {self.sdu_layers}; use sdu_layers=None to gate every "
+                    "layer."
                 )
 
     def is_gated(self, layer_idx: int, sublayer: str) -> bool:
-        """Whether sub-layer `sublayer` ("self_attn", "cross_attn", "ffn") of layer `layer_idx` (0-based,
-        either stack) has the gated branch."""
-        return (self.sdu_layers is None or layer_idx < self.sdu_layers) and (self.sdu_ffn or sublayer != "ffn")
+        """Whether sub-layer `sublayer` ("self_attn", "cross_attn", "ffn") of layer `layer_idx`
+        (0-based, either stack) has the gated branch."""
+        return (self.sdu_layers is None or layer_idx < self.sdu_layers) and (
+            self.sdu_ffn or sublayer != "ffn"
+        )
 
 
 class SelfDependencyConnection(PostNormResidual):
     """U = LN(X + dropout(F(X)) + dropout(SDU(X))), SDU(X) = Psi(X W_1 + b_1) * (X W_2 + b_2)   (Chai et al. 2020, Eqs. 21-24).
 
-    Each SDU costs 2 d (d + 1) parameters: 30 of them turn the 62.37M 6+6 base model into 78.13M (Xu et al. 2024, Table 6)."""
+    Each SDU costs 2 d (d + 1) parameters: 30 of them turn the 62.37M 6+6 base model into 78.13M (Xu
+    et al. 2024, Table 6)."""  # noqa: E501
 
     def __init__(self, config: HighwayTransformerConfig):
         super().__init__(config)
@@ -106,23 +129,29 @@ class SelfDependencyConnection(PostNormResidual):
 
     def combine(self, x: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
         sdu = self.transform_gate(x) * self.transform(x)  # (B, T, d)
-        branches = F.dropout(sublayer_output, self.dropout, self.training) + F.dropout(sdu, self.dropout, self.training)
+        branches = F.dropout(sublayer_output, self.dropout, self.training) + F.dropout(
+            sdu, self.dropout, self.training
+        )
         return self.norm(x + branches)
 
 
 class HighwayGateConnection(SelfDependencyConnection):
     """o(X) = (1 - T(X)) * X + T(X) * f(X);  U = LN(o(X) + dropout(F(X)))   (Chai et al. 2020, Eqs. 26-29).
-    T carries the gated transform, 1 - T the input itself, as in highway networks."""
+    T carries the gated transform, 1 - T the input itself, as in highway networks."""  # noqa: E501
 
     def combine(self, x: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
         transform_gate = self.transform_gate(x)  # (B, T, d)
         transformed = F.dropout(transform_gate * self.transform(x), self.dropout, self.training)
-        return self.norm((1 - transform_gate) * x + transformed + F.dropout(sublayer_output, self.dropout, self.training))
+        return self.norm(
+            (1 - transform_gate) * x
+            + transformed
+            + F.dropout(sublayer_output, self.dropout, self.training)
+        )
 
 
 class GatedSublayerConnection(SelfDependencyConnection):
     """o(X) = (1 - T(X)) * F(X) + T(X) * f(X);  U = LN(X + dropout(o(X)))   (Chai et al. 2020, Eqs. 30-31, "gated MHDPA").
-    The gate trades the sub-layer's output against the gated transform; the residual path stays."""
+    The gate trades the sub-layer's output against the gated transform; the residual path stays."""  # noqa: E501
 
     def combine(self, x: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
         transform_gate = self.transform_gate(x)  # (B, T, d)
@@ -138,9 +167,12 @@ HIGHWAY_CONNECTIONS = {
 
 
 class HighwayEncoderLayer(ResidualEncoderLayer):
-    """The post-norm residual encoder layer with `highway_variant`'s connection on layers 1..`sdu_layers`."""
+    """The post-norm residual encoder layer with `highway_variant`'s connection on layers
+    1..`sdu_layers`."""
 
-    def connection(self, config: HighwayTransformerConfig, layer_idx: int, sublayer: str) -> nn.Module:
+    def connection(
+        self, config: HighwayTransformerConfig, layer_idx: int, sublayer: str
+    ) -> nn.Module:
         if config.is_gated(layer_idx, sublayer):
             return HIGHWAY_CONNECTIONS[config.highway_variant](config)
         return PostNormResidual(config)
@@ -167,7 +199,7 @@ CHAI_2020 = """@inproceedings{chai2020highway,
   author    = {Chai, Yekun and Jin, Shuo and Hou, Xinwen},
   booktitle = {Proceedings of the 58th Annual Meeting of the Association for Computational Linguistics},
   year      = {2020}
-}"""
+}"""  # noqa: E501
 
 MEMBER = FamilyMember(
     config_class=HighwayTransformerConfig,
@@ -177,10 +209,21 @@ MEMBER = FamilyMember(
     citations=(CHAI_2020, VASWANI_2017),
     card_fields=("highway_variant", "sdu_gate", "sdu_layers", "sdu_ffn"),
     projections=("gate", "transform", "fc1", "fc2"),  # the gated units (gate, transform); the FFN
-    presets={"highway-sdu": {"highway_variant": "sdu", "sdu_gate": "sigmoid"},
-             "highway-sdu-attention": {"highway_variant": "sdu", "sdu_gate": "sigmoid", "sdu_ffn": False}},
-    # Chai et al. 2020, Table 5's "\FFN" ablation (SDUs on the attention sub-layers only) at the base size.
+    presets={
+        "highway-sdu": {"highway_variant": "sdu", "sdu_gate": "sigmoid"},
+        "highway-sdu-attention": {
+            "highway_variant": "sdu",
+            "sdu_gate": "sigmoid",
+            "sdu_ffn": False,
+        },
+    },
+    # Chai et al. 2020, Table 5's "\FFN" ablation (SDUs on the attention sub-layers only) at the
+    # base size.
     hub_depths={"highway-sdu-attention": [("base", 6, 6)]},
 )
 
-__all__ = ["HighwayTransformerConfig", "HighwayTransformerModel", "HighwayTransformerForConditionalGeneration"]
+__all__ = [
+    "HighwayTransformerConfig",
+    "HighwayTransformerModel",
+    "HighwayTransformerForConditionalGeneration",
+]

@@ -1,4 +1,5 @@
-"""The residual Transformer baseline (Vaswani et al.), post-norm and pre-norm (Wang et al. 2019, §2).
+"""The residual Transformer baseline (Vaswani et al.), post-norm and pre-norm (Wang et al.
+2019, §2).
 
 The skeleton (embeddings, attention, stacks, loss, generation) is `modeling_translation`'s; this
 file is the config, the layers and the record. Each sub-layer F (attention or FFN) is wrapped by
@@ -45,10 +46,11 @@ class ResidualTransformerConfig(TranslationTransformerConfig):
         norm_position (`str`, defaults to "post"):
             "post"  x = LN(x + F(x)) after every sub-layer (Wang et al. 2019, Eq. 3);
             "pre"   x = x + F(LN(x)) (Wang et al. 2019, Eq. 4), with the stack's final LayerNorm on its output.
-            Both end each stack with a LayerNorm, as the skeleton does for every member (docs/members.md); for
-            post-norm that final LayerNorm follows the last sub-layer's own, which Wang et al. 2019, Eq. 3 does not have
-            (it adds 2 x 2d parameters and an affine map).
-    """
+            Both end each stack with a LayerNorm, as the skeleton does for every member
+            (docs/members.md); for post-norm that final LayerNorm follows the last sub-layer's own,
+            which Wang et al. 2019, Eq. 3 does not have (it adds 2 x 2d parameters and an
+            affine map).
+    """  # noqa: E501
 
     model_type = "dwlstm-residual"
 
@@ -70,7 +72,8 @@ class FeedForward(nn.Module):
         self.activation_dropout = config.activation_dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        inner = F.dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training)  # (B, T, d_ff)
+        # (B, T, d_ff)
+        inner = F.dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training)
         return self.fc2(inner)
 
 
@@ -90,7 +93,8 @@ class PostNormResidual(nn.Module):
 
 
 class PreNormResidual(PostNormResidual):
-    """x = x + dropout(F(LN(x))): the sub-layer reads a normalised x, the residual path stays untouched."""
+    """x = x + dropout(F(LN(x))): the sub-layer reads a normalised x, the residual path stays
+    untouched."""
 
     def sublayer_input(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x)
@@ -100,26 +104,33 @@ class PreNormResidual(PostNormResidual):
 
 
 class ResidualEncoderLayer(TranslationLayer):
-    """x = R_attn(x, SelfAttn);  x = R_ffn(x, FFN), R the residual connection of `residual_class`."""
+    """x = R_attn(x, SelfAttn);  x = R_ffn(x, FFN), R the residual connection of `residual_class`."""  # noqa: E501
 
     residual_class = PostNormResidual
 
-    def __init__(self, config: TranslationTransformerConfig, layer_idx: int, shared_modules: SharedModules):
+    def __init__(
+        self, config: TranslationTransformerConfig, layer_idx: int, shared_modules: SharedModules
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(config, config.encoder_attention_heads, layer_idx)
         self.self_attn_residual = self.connection(config, layer_idx, "self_attn")
         self.ffn = FeedForward(config)
         self.ffn_residual = self.connection(config, layer_idx, "ffn")
 
-    def connection(self, config: TranslationTransformerConfig, layer_idx: int, sublayer: str) -> nn.Module:
-        """The connection around sub-layer `sublayer` ("self_attn", "cross_attn" or "ffn") of this layer
-        (the highway model varies it with depth and sub-layer)."""
+    def connection(
+        self, config: TranslationTransformerConfig, layer_idx: int, sublayer: str
+    ) -> nn.Module:
+        """The connection around sub-layer `sublayer` ("self_attn", "cross_attn" or "ffn") of this
+        layer (the highway model varies it with depth and sub-layer)."""
         return self.residual_class(config)
 
     def forward(self, hidden_states, cell=None, *, attention_mask=None, output_attentions=False):
         x = hidden_states  # (B, S, d)
-        attended, weights = self.self_attn(self.self_attn_residual.sublayer_input(x), attention_mask=attention_mask,
-                                           output_attentions=output_attentions)
+        attended, weights = self.self_attn(
+            self.self_attn_residual.sublayer_input(x),
+            attention_mask=attention_mask,
+            output_attentions=output_attentions,
+        )
         x = self.self_attn_residual.combine(x, attended)
         x = self.ffn_residual.combine(x, self.ffn(self.ffn_residual.sublayer_input(x)))
         return LayerOutput(x, cell=None, self_attention=weights)
@@ -130,7 +141,9 @@ class ResidualDecoderLayer(TranslationLayer):
 
     residual_class = PostNormResidual
 
-    def __init__(self, config: TranslationTransformerConfig, layer_idx: int, shared_modules: SharedModules):
+    def __init__(
+        self, config: TranslationTransformerConfig, layer_idx: int, shared_modules: SharedModules
+    ):
         super().__init__()
         heads = config.decoder_attention_heads
         self.self_attn = MultiHeadAttention(config, heads, layer_idx)
@@ -142,17 +155,31 @@ class ResidualDecoderLayer(TranslationLayer):
 
     connection = ResidualEncoderLayer.connection
 
-    def forward(self, hidden_states, cell=None, encoder_hidden_states=None, *, attention_mask=None,
-                encoder_attention_mask=None, past_key_values=None, output_attentions=False):
+    def forward(
+        self,
+        hidden_states,
+        cell=None,
+        encoder_hidden_states=None,
+        *,
+        attention_mask=None,
+        encoder_attention_mask=None,
+        past_key_values=None,
+        output_attentions=False,
+    ):
         x = hidden_states  # (B, T, d)
         s, self_weights = self.self_attn(
-            self.self_attn_residual.sublayer_input(x), attention_mask=attention_mask,
-            past_key_values=past_key_values, output_attentions=output_attentions,
+            self.self_attn_residual.sublayer_input(x),
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
         )
         x = self.self_attn_residual.combine(x, s)
         c, cross_weights = self.cross_attn(
-            self.cross_attn_residual.sublayer_input(x), attention_mask=encoder_attention_mask,
-            key_value_states=encoder_hidden_states, past_key_values=past_key_values, output_attentions=output_attentions,
+            self.cross_attn_residual.sublayer_input(x),
+            attention_mask=encoder_attention_mask,
+            key_value_states=encoder_hidden_states,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
         )
         x = self.cross_attn_residual.combine(x, c)
         x = self.ffn_residual.combine(x, self.ffn(self.ffn_residual.sublayer_input(x)))
@@ -188,14 +215,14 @@ VASWANI_2017 = """@inproceedings{vaswani2017attention,
                Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia},
   booktitle = {Advances in Neural Information Processing Systems},
   year      = {2017}
-}"""
+}"""  # noqa: E501
 WANG_2019 = """@inproceedings{wang2019learning,
   title     = {Learning Deep Transformer Models for Machine Translation},
   author    = {Wang, Qiang and Li, Bei and Xiao, Tong and Zhu, Jingbo and Li, Changliang and Wong, Derek F. and
                Chao, Lidia S.},
   booktitle = {Proceedings of the 57th Annual Meeting of the Association for Computational Linguistics},
   year      = {2019}
-}"""
+}"""  # noqa: E501
 
 
 MEMBER = FamilyMember(
@@ -206,7 +233,14 @@ MEMBER = FamilyMember(
     citations=(VASWANI_2017, WANG_2019),
     card_fields=("norm_position",),
     projections=("fc1", "fc2"),  # the FFN
-    presets={"residual-postnorm": {"norm_position": "post"}, "residual-prenorm": {"norm_position": "pre"}},
+    presets={
+        "residual-postnorm": {"norm_position": "post"},
+        "residual-prenorm": {"norm_position": "pre"},
+    },
 )
 
-__all__ = ["ResidualTransformerConfig", "ResidualTransformerModel", "ResidualTransformerForConditionalGeneration"]
+__all__ = [
+    "ResidualTransformerConfig",
+    "ResidualTransformerModel",
+    "ResidualTransformerForConditionalGeneration",
+]

@@ -5,8 +5,8 @@ or FFN) is added to the residual path scaled by its own learned scalar, which st
 
     x = x + a * dropout(F(x)),    a initialised to 0        (Bachlechner et al. Eq. 2)
 
-so at initialisation every layer is the identity and the stack passes its embeddings through unchanged.
-As every member, each stack still ends with the skeleton's final LayerNorm.
+so at initialisation every layer is the identity and the stack passes its embeddings through
+unchanged. As every member, each stack still ends with the skeleton's final LayerNorm.
 
 The whole member is this file: config, connection, layers, models.
 """
@@ -20,7 +20,10 @@ from transformers import initialization as init
 
 from .configuration_translation import FamilyMember, TranslationTransformerConfig
 from .modeling_residual import VASWANI_2017, ResidualDecoderLayer, ResidualEncoderLayer
-from .modeling_translation import TranslationTransformerForConditionalGeneration, TranslationTransformerModel
+from .modeling_translation import (
+    TranslationTransformerForConditionalGeneration,
+    TranslationTransformerModel,
+)
 
 # transformers 5.4 to 5.9 copy into the remote-code cache of a local folder only the files that
 # a model's own file imports (later releases follow the imports further): the files that
@@ -38,14 +41,15 @@ if TYPE_CHECKING:
 class ReZeroTransformerConfig(TranslationTransformerConfig):
     r"""
     ReZero Transformer (Bachlechner et al. 2020): residual sub-layers x + a * F(x) with one learned
-    scalar a per sub-layer, initialised to 0, and no LayerNorm around the sub-layers. No fields of its own.
+    scalar a per sub-layer, initialised to 0, and no LayerNorm around the sub-layers. No fields of
+    its own.
     """
 
     model_type = "dwlstm-rezero"
 
 
 class ReZeroResidual(nn.Module):
-    """x = x + a * dropout(F(x)); the sub-layer reads x as is. `residual_weight` is a, starting at 0."""
+    """x = x + a * dropout(F(x)); the sub-layer reads x as is. `residual_weight` is a, starting at 0."""  # noqa: E501
 
     def __init__(self, config: TranslationTransformerConfig):
         super().__init__()
@@ -86,7 +90,7 @@ BACHLECHNER_2020 = """@article{bachlechner2020rezero,
              and McAuley, Julian},
   journal = {arXiv preprint arXiv:2003.04887},
   year    = {2020}
-}"""
+}"""  # noqa: E501
 
 MEMBER = FamilyMember(
     config_class=ReZeroTransformerConfig,
@@ -98,4 +102,8 @@ MEMBER = FamilyMember(
     presets={"rezero": {}},
 )
 
-__all__ = ["ReZeroTransformerConfig", "ReZeroTransformerModel", "ReZeroTransformerForConditionalGeneration"]
+__all__ = [
+    "ReZeroTransformerConfig",
+    "ReZeroTransformerModel",
+    "ReZeroTransformerForConditionalGeneration",
+]

@@ -1,10 +1,10 @@
 """The encoder-decoder Transformer every family member shares: the skeleton, which knows no member.
 
-Read top to bottom: 1. building blocks (positions, embeddings, masks, attention: building_blocks.py); 2. the layer
-interface (a layer maps a `LayerState` to a `LayerState`, so one layer can replace another: Xu et
-al. 2020, §4); 3. connections across a stack (the *depth connection* that feeds each layer, the
-*cross-attention source* of each decoder layer); 4. the encoder and decoder stacks; 5. the Hugging
-Face models, which a member subclasses to name its parts:
+Read top to bottom: 1. building blocks (positions, embeddings, masks, attention:
+building_blocks.py); 2. the layer interface (a layer maps a `LayerState` to a `LayerState`, so one
+layer can replace another: Xu et al. 2020, §4); 3. connections across a stack (the *depth
+connection* that feeds each layer, the *cross-attention source* of each decoder layer); 4. the
+encoder and decoder stacks; 5. the Hugging Face models, which a member subclasses to name its parts:
 
     class DwLstmModel(TranslationTransformerModel):
         config_class = DwLstmConfig
@@ -50,21 +50,30 @@ logger = logging.get_logger(__name__)
 # transformers 5.24 renamed the KV cache `past_key_values` to `cache` (forward()'s keyword, the
 # outputs' field). Only here: the forwards take either keyword (`cache_argument`) and return the
 # installed version's field.
-CACHE_FIELD = "cache" if "cache" in {field.name for field in fields(Seq2SeqLMOutput)} else "past_key_values"
+CACHE_FIELD = (
+    "cache" if "cache" in {field.name for field in fields(Seq2SeqLMOutput)} else "past_key_values"
+)
 
 
 def cache_argument(past_key_values: Cache | None, cache: Cache | None) -> Cache | None:
-    """The cache a forward was given, under either name (`cache` is the one generate() passes from 5.24 on)."""
+    """The cache a forward was given, under either name (`cache` is the one generate() passes from
+    5.24 on)."""
     if past_key_values is not None and cache is not None and past_key_values is not cache:
-        raise ValueError("Pass the cache once: as `cache` or as `past_key_values` (its name before transformers 5.24).")
+        raise ValueError(
+            "Pass the cache once: as `cache` or as `past_key_values` (its name before "
+            "transformers 5.24)."
+        )
     return past_key_values if cache is None else cache
 
 
 # 1. Building blocks -------------------------------------------------------------------------------
 
 
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Teacher-forcing decoder input: labels shifted right behind the start token, -100 read as padding."""
+def shift_tokens_right(
+    labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int
+) -> torch.Tensor:
+    """Teacher-forcing decoder input: labels shifted right behind the start token, -100 read as
+    padding."""
     shifted = labels.new_full(labels.shape, pad_token_id)
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = decoder_start_token_id
@@ -88,12 +97,13 @@ class LayerState(NamedTuple):
     """What one layer hands the next."""
 
     output: torch.Tensor  # (batch, length, d_model): the layer output the next layer attends over
-    cell: torch.Tensor | None = None  # (batch, length, d_model): depth-wise LSTM cell; None for residual layers
+    # (batch, length, d_model): depth-wise LSTM cell; None for residual layers
+    cell: torch.Tensor | None = None
 
 
 class LayerOutput(NamedTuple):
-    """What a layer returns: its new state and its attention weights (None unless asked for). Flat, not
-    nested, so that a reentrant checkpoint function tracks the tensors in it."""
+    """What a layer returns: its new state and its attention weights (None unless asked for). Flat,
+    not nested, so that a reentrant checkpoint function tracks the tensors in it."""
 
     output: torch.Tensor
     cell: torch.Tensor | None = None
@@ -111,7 +121,7 @@ class TranslationLayer(GradientCheckpointingLayer):
 
     `hidden_states` (B, T, d): what the depth connection made of the layers below (o_{l-1} by
     default); `cell`: the depth-wise LSTM's c_{l-1}, None for the residual members. `initial_state`
-    is the state entering the first layer."""
+    is the state entering the first layer."""  # noqa: E501
 
     def initial_state(self, embeddings: torch.Tensor) -> LayerState:
         return LayerState(output=embeddings)
@@ -132,10 +142,10 @@ class LayerCombination(nn.Module):
 
 
 class PreviousLayer(nn.Module):
-    """The default depth connection: layer l+1 reads layer l's output as it is (residual and depth-wise
-    LSTM stacks). A depth connection decides what a stack remembers of the layer outputs y_0 .. y_c seen
-    so far (`remember` returns the new history, a list passed along by the stack) and forms from it the
-    input of consumer c: layer c+1, or the stack output for c = L."""
+    """The default depth connection: layer l+1 reads layer l's output as it is (residual and
+    depth-wise LSTM stacks). A depth connection decides what a stack remembers of the layer outputs
+    y_0 .. y_c seen so far (`remember` returns the new history, a list passed along by the stack)
+    and forms from it the input of consumer c: layer c+1, or the stack output for c = L."""
 
     def __init__(self, config: TranslationTransformerConfig, num_layers: int):
         super().__init__()
@@ -148,9 +158,11 @@ class PreviousLayer(nn.Module):
 
 
 class TopEncoderLayer(nn.Module):
-    """The default cross-attention source: every decoder layer attends over the encoder's final output."""
+    """The default cross-attention source: every decoder layer attends over the encoder's
+    final output."""
 
-    reads_all_encoder_layers = False  # the model asks the encoder for every layer's output when True
+    # the model asks the encoder for every layer's output when True
+    reads_all_encoder_layers = False
 
     def __init__(self, config: TranslationTransformerConfig):
         super().__init__()
@@ -159,7 +171,9 @@ class TopEncoderLayer(nn.Module):
         """What the model hands the decoder as `encoder_hidden_states`."""
         return encoder_outputs.last_hidden_state
 
-    def forward(self, encoder_states: torch.Tensor, layer_idx: int, past_key_values=None) -> torch.Tensor | None:
+    def forward(
+        self, encoder_states: torch.Tensor, layer_idx: int, past_key_values=None
+    ) -> torch.Tensor | None:
         """The memory decoder layer `layer_idx` cross-attends over, (B, S, d)."""
         return encoder_states
 
@@ -187,12 +201,22 @@ class TranslationStack(nn.Module):
 
     reads_target_language = True
 
-    def __init__(self, config: TranslationTransformerConfig, num_layers: int, *, token_embedding: nn.Embedding,
-                 shared_modules: SharedModules, layer_class: type, depth_connection_class: type):
+    def __init__(
+        self,
+        config: TranslationTransformerConfig,
+        num_layers: int,
+        *,
+        token_embedding: nn.Embedding,
+        shared_modules: SharedModules,
+        layer_class: type,
+        depth_connection_class: type,
+    ):
         super().__init__()
         self.config = config
         self.embeddings = TranslationEmbeddings(config, token_embedding)
-        self.layers = nn.ModuleList(layer_class(config, i, shared_modules) for i in range(num_layers))
+        self.layers = nn.ModuleList(
+            layer_class(config, i, shared_modules) for i in range(num_layers)
+        )
         self.depth_connection = depth_connection_class(config, num_layers)
         self.final_layer_norm = make_layer_norm(config, config.d_model)
 
@@ -201,30 +225,54 @@ class TranslationEncoder(TranslationStack):
     """The encoder stack. `exports_layer_outputs`: also return every layer's output stacked
     (transparent attention). With LaLT the decoder attends to H W_t (`hidden_states[-1]` is H)."""
 
-    def __init__(self, config: TranslationTransformerConfig, *, exports_layer_outputs: bool = False, **parts):
+    def __init__(
+        self, config: TranslationTransformerConfig, *, exports_layer_outputs: bool = False, **parts
+    ):
         super().__init__(config, config.encoder_layers, **parts)
         self.exports_layer_outputs = exports_layer_outputs
         self.language_transform = make_language_transform(config)
 
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None) -> TranslationEncoderOutput:
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        inputs_embeds=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+    ) -> TranslationEncoderOutput:
+        output_attentions = (
+            self.config.output_attentions if output_attentions is None else output_attentions
+        )
+        output_hidden_states = (
+            self.config.output_hidden_states
+            if output_hidden_states is None
+            else output_hidden_states
+        )
         hidden = self.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds)  # (B, S, d)
-        target_language = self.target_language.from_source(input_ids, attention_mask)  # (B,) rows, or None
+        # (B,) rows, or None
+        target_language = self.target_language.from_source(input_ids, attention_mask)
         mask = padding_mask(attention_mask, hidden.shape[:2])
         state = self.layers[0].initial_state(hidden)
-        all_hidden, all_attentions, history = [state.output], [], self.depth_connection.remember([], state)
+        all_hidden, all_attentions, history = (
+            [state.output],
+            [],
+            self.depth_connection.remember([], state),
+        )
         for i, layer in enumerate(self.layers):
-            output, cell, weights, _ = layer(*self.depth_connection(history, i), attention_mask=mask,
-                                             output_attentions=bool(output_attentions))
+            output, cell, weights, _ = layer(
+                *self.depth_connection(history, i),
+                attention_mask=mask,
+                output_attentions=bool(output_attentions),
+            )
             state = LayerState(output, cell)
             history = self.depth_connection.remember(history, state)
             all_hidden.append(state.output)
             all_attentions.append(weights)
         output = self.final_layer_norm(self.depth_connection(history, len(self.layers)).output)
         all_hidden[-1] = output  # y_0 .. y_{L-1} and the stack output
-        layer_outputs = torch.stack(all_hidden, dim=2) if self.exports_layer_outputs else None  # (B, S, L+1, d)
+        # (B, S, L+1, d)
+        layer_outputs = torch.stack(all_hidden, dim=2) if self.exports_layer_outputs else None
         return TranslationEncoderOutput(
             last_hidden_state=self.language_transform(output),
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
@@ -240,51 +288,102 @@ class TranslationDecoder(TranslationStack):
     registered here for its checkpoint names) reads: the encoder output (B, S, d), or every encoder
     layer's output (B, S, L_enc+1, d)."""
 
-    def __init__(self, config: TranslationTransformerConfig, *, cross_attention_source: nn.Module, **parts):
+    def __init__(
+        self, config: TranslationTransformerConfig, *, cross_attention_source: nn.Module, **parts
+    ):
         super().__init__(config, config.decoder_layers, **parts)
         self.cross_attention_source = cross_attention_source
 
-    def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
-                past_key_values=None, inputs_embeds=None, use_cache=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, cache=None,
-                target_language=None, rows_per_sentence: int = 1) -> BaseModelOutputWithPastAndCrossAttentions:
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        past_key_values=None,
+        inputs_embeds=None,
+        use_cache=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        cache=None,
+        target_language=None,
+        rows_per_sentence: int = 1,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        output_attentions = (
+            self.config.output_attentions if output_attentions is None else output_attentions
+        )
+        output_hidden_states = (
+            self.config.output_hidden_states
+            if output_hidden_states is None
+            else output_hidden_states
+        )
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states` (the encoder's output).")
         self.target_language.use(target_language, rows_per_sentence)  # LaLN's in every layer
         past_key_values = cache_argument(past_key_values, cache)
-        if self.training and torch.is_grad_enabled() and any(getattr(layer, "gradient_checkpointing", False) for layer in self.layers):
+        if (
+            self.training
+            and torch.is_grad_enabled()
+            and any(getattr(layer, "gradient_checkpointing", False) for layer in self.layers)
+        ):
             # A checkpointed layer runs again in the backward pass and would write the cache
             # twice (GradientCheckpointingLayer drops it under its own version's keyword only).
             if use_cache or past_key_values is not None:
-                logger.warning_once("Caching is incompatible with gradient checkpointing: the decoder runs without a cache.")
+                logger.warning_once(
+                    "Caching is incompatible with gradient checkpointing: the decoder runs "
+                    "without a cache."
+                )
             use_cache, past_key_values = False, None
         if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+            past_key_values = EncoderDecoderCache(
+                DynamicCache(config=self.config), DynamicCache(config=self.config)
+            )
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        hidden = self.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds, position_offset=past_length)  # (B, T, d)
+        hidden = self.embeddings(
+            input_ids=input_ids, inputs_embeds=inputs_embeds, position_offset=past_length
+        )  # (B, T, d)
         if encoder_hidden_states.shape[0] * rows_per_sentence != hidden.shape[0]:
-            shared = f" x {rows_per_sentence} decoder rows per sentence" if rows_per_sentence > 1 else ""
+            shared = (
+                f" x {rows_per_sentence} decoder rows per sentence" if rows_per_sentence > 1 else ""
+            )
             raise ValueError(
-                f"Decoder batch ({hidden.shape[0]}) and encoder batch ({encoder_hidden_states.shape[0]}{shared}) differ."
+                f"Decoder batch ({hidden.shape[0]}) and encoder batch ("
+                f"{encoder_hidden_states.shape[0]}{shared}) differ."
             )
         self_cache = past_key_values.self_attention_cache if past_key_values is not None else None
-        if self_cache is not None and self_cache.is_compileable:  # a static cache: keys over its whole length
-            self_mask = causal_mask(hidden.shape[0], hidden.shape[1], self_cache.layers[0].max_cache_len, attention_mask,
-                                    hidden.device, past=past_length)
+        # a static cache: keys over its whole length
+        if self_cache is not None and self_cache.is_compileable:
+            self_mask = causal_mask(
+                hidden.shape[0],
+                hidden.shape[1],
+                self_cache.layers[0].max_cache_len,
+                attention_mask,
+                hidden.device,
+                past=past_length,
+            )
         else:
-            self_mask = causal_mask(hidden.shape[0], hidden.shape[1], past_length + hidden.shape[1], attention_mask,
-                                    hidden.device)
+            self_mask = causal_mask(
+                hidden.shape[0],
+                hidden.shape[1],
+                past_length + hidden.shape[1],
+                attention_mask,
+                hidden.device,
+            )
         encoder_mask = padding_mask(encoder_attention_mask, encoder_hidden_states.shape[:2])
         state = self.layers[0].initial_state(hidden)
         all_hidden, self_attentions, cross_attentions = [state.output], [], []
         history = self.depth_connection.remember([], state)
         for i, layer in enumerate(self.layers):
-            memory = self.cross_attention_source(encoder_hidden_states, i, past_key_values)  # (B, S, d) or None once cached
+            # (B, S, d) or None once cached
+            memory = self.cross_attention_source(encoder_hidden_states, i, past_key_values)
             output, cell, self_weights, cross_weights = layer(
-                *self.depth_connection(history, i), memory, attention_mask=self_mask, encoder_attention_mask=encoder_mask,
-                past_key_values=past_key_values, output_attentions=bool(output_attentions),
+                *self.depth_connection(history, i),
+                memory,
+                attention_mask=self_mask,
+                encoder_attention_mask=encoder_mask,
+                past_key_values=past_key_values,
+                output_attentions=bool(output_attentions),
             )
             state = LayerState(output, cell)
             history = self.depth_connection.remember(history, state)
@@ -321,18 +420,22 @@ class TranslationTransformerPreTrainedModel(LoraReachCheck, PreTrainedModel):
     def _init_weights(self, module: nn.Module):
         if isinstance(module, nn.Linear):
             if not getattr(module.weight, "_is_hf_initialized", False):
-                for block in module.weight.chunk(getattr(module, "blocks", 1)):  # fused projections: Xavier per block
+                # fused projections: Xavier per block
+                for block in module.weight.chunk(getattr(module, "blocks", 1)):
                     nn.init.xavier_uniform_(block)
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):  # tokens and learned positions
             init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+            if module.padding_idx is not None and not getattr(
+                module.weight, "_is_hf_initialized", False
+            ):
                 init.zeros_(module.weight[module.padding_idx])
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
-        if hasattr(module, "init_parameters"):  # modules with their own initialisation say so themselves
+        # modules with their own initialisation say so themselves
+        if hasattr(module, "init_parameters"):
             module.init_parameters()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -346,20 +449,33 @@ class TranslationTransformerPreTrainedModel(LoraReachCheck, PreTrainedModel):
         from .pipeline_translation import translation_pipeline_entries
 
         if has_quantized_projections(self):
-            raise ValueError("This model was quantised to int8 for inference (precision.prepare_for_inference) and "
-                             "cannot be saved: save the float32 model, and prepare it again after loading.")
-        others = {task: entry for task, entry in (getattr(self.config, "custom_pipelines", None) or {}).items()
-                  if not task.startswith("translation")}  # ours are rewritten: language_pairs may have changed
-        self.config.custom_pipelines = {**others, **translation_pipeline_entries(self.config.language_pairs)}
+            raise ValueError(
+                "This model was quantised to int8 for inference "
+                "(precision.prepare_for_inference) and cannot be saved: save the float32 model, "
+                "and prepare it again after loading."
+            )
+        others = {
+            task: entry
+            for task, entry in (getattr(self.config, "custom_pipelines", None) or {}).items()
+            # ours are rewritten: language_pairs may have changed
+            if not task.startswith("translation")
+        }
+        self.config.custom_pipelines = {
+            **others,
+            **translation_pipeline_entries(self.config.language_pairs),
+        }
         shortlist_path = os.path.join(save_directory, SHORTLIST_FILE)
         if getattr(self, "shortlist", None) is not None and kwargs.get("is_main_process", True):
             os.makedirs(save_directory, exist_ok=True)
             self.shortlist.save(shortlist_path)
         elif os.path.isfile(shortlist_path) and kwargs.get("is_main_process", True):
             os.remove(shortlist_path)  # another model's: it would be loaded with this one
-        # FSDP2 (`fully_shard`) gives a sharded model a subclass defined in torch: save ours instead.
+        # FSDP2 (`fully_shard`) gives a sharded model a subclass defined in torch: save ours
+        # instead.
         sharded_class = type(self)
-        self.__class__ = next(cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch."))
+        self.__class__ = next(
+            cls for cls in sharded_class.__mro__ if not cls.__module__.startswith("torch.")
+        )
         try:
             super().save_pretrained(save_directory, *args, **kwargs)
         finally:
@@ -381,30 +497,43 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
     def layer_classes(cls, config: TranslationTransformerConfig) -> tuple[type, type]:
         """(encoder layer class, decoder layer class) for `config`."""
         if cls.encoder_layer_class is None or cls.decoder_layer_class is None:
-            raise TypeError(f"{cls.__name__} names no layer classes: a family member's model sets "
-                            "`encoder_layer_class` and `decoder_layer_class` (or overrides `layer_classes`).")
+            raise TypeError(
+                f"{cls.__name__} names no layer classes: a family member's model sets "
+                "`encoder_layer_class` and `decoder_layer_class` (or overrides `layer_classes`)."
+            )
         return cls.encoder_layer_class, cls.decoder_layer_class
 
     def __init__(self, config: TranslationTransformerConfig):
         super().__init__(config)
         encoder_layer_class, decoder_layer_class = self.layer_classes(config)
-        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.shared = nn.Embedding(
+            config.vocab_size, config.d_model, padding_idx=config.pad_token_id
+        )
         self.target_language = make_target_language(config)
         shared_modules = SharedModules()  # lets share_gates="global" reach across both stacks
         cross_attention_source = self.cross_attention_source_class(config)
         self.encoder = TranslationEncoder(
-            config, token_embedding=self.shared, shared_modules=shared_modules, layer_class=encoder_layer_class,
+            config,
+            token_embedding=self.shared,
+            shared_modules=shared_modules,
+            layer_class=encoder_layer_class,
             depth_connection_class=self.depth_connection_class,
             exports_layer_outputs=cross_attention_source.reads_all_encoder_layers,
         )
         self.decoder = TranslationDecoder(
-            config, token_embedding=self.shared, shared_modules=shared_modules, layer_class=decoder_layer_class,
-            depth_connection_class=self.depth_connection_class, cross_attention_source=cross_attention_source,
+            config,
+            token_embedding=self.shared,
+            shared_modules=shared_modules,
+            layer_class=decoder_layer_class,
+            depth_connection_class=self.depth_connection_class,
+            cross_attention_source=cross_attention_source,
         )
         self.target_language.share_with(self)
         # The layer classes this config builds: accelerate's FSDP wraps each class named here and
         # refuses one the model lacks. post_init() gives a model holding this one its children's.
-        self._no_split_modules = sorted({encoder_layer_class.__name__, decoder_layer_class.__name__})
+        self._no_split_modules = sorted(
+            {encoder_layer_class.__name__, decoder_layer_class.__name__}
+        )
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -421,17 +550,32 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
     def get_decoder(self):
         return self.decoder
 
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, past_key_values: Cache | None = None, inputs_embeds=None,
-                decoder_inputs_embeds=None, use_cache=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None, cache: Cache | None = None) -> Seq2SeqModelOutput:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        past_key_values: Cache | None = None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        use_cache=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        cache: Cache | None = None,
+    ) -> Seq2SeqModelOutput:
         past_key_values = cache_argument(past_key_values, cache)
         if use_cache is None:
             use_cache = self.config.use_cache
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
-                output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
             )
         elif isinstance(encoder_outputs, torch.Tensor):
             encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs)
@@ -440,10 +584,17 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("Pass `decoder_input_ids` (or `labels`, from which they are derived).")
         decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
-            encoder_hidden_states=self.decoder.cross_attention_source.encoder_states(encoder_outputs),
-            encoder_attention_mask=attention_mask, past_key_values=past_key_values, inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=self.decoder.cross_attention_source.encoder_states(
+                encoder_outputs
+            ),
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
             target_language=getattr(encoder_outputs, "target_language", None),
             rows_per_sentence=getattr(encoder_outputs, "rows_per_sentence", None) or 1,
         )
@@ -460,7 +611,9 @@ class TranslationTransformerModel(TranslationTransformerPreTrainedModel):
         return output if return_dict is not False else output.to_tuple()
 
 
-class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTrainedModel, GenerationMixin):
+class TranslationTransformerForConditionalGeneration(
+    TranslationTransformerPreTrainedModel, GenerationMixin
+):
     """The translation model: `base_model_class`, the output projection (tied to the embeddings) and
     the papers' label-smoothed cross-entropy. `generate()` runs `generation_translation`'s loop,
     optionally over the vocabulary `shortlist` saved beside the weights (`use_shortlist=True`). A
@@ -479,7 +632,8 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         # The papers decode with beam 4; translations need more than generate()'s default 20 tokens.
         self.generation_config.num_beams = 4
         self.generation_config.max_length = min(256, config.max_position_embeddings)
-        self.shortlist: Shortlist | None = None  # the vocabulary shortlist, read and written with the weights
+        # the vocabulary shortlist, read and written with the weights
+        self.shortlist: Shortlist | None = None
 
     def get_encoder(self):
         return self.model.encoder
@@ -493,56 +647,101 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
     def set_output_embeddings(self, value: nn.Linear):
         self.lm_head = value
 
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, past_key_values: Cache | None = None, inputs_embeds=None,
-                decoder_inputs_embeds=None, labels=None, use_cache=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, cache: Cache | None = None) -> Seq2SeqLMOutput:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        past_key_values: Cache | None = None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        labels=None,
+        use_cache=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        cache: Cache | None = None,
+    ) -> Seq2SeqLMOutput:
         past_key_values = cache_argument(past_key_values, cache)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values, inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
             return_dict=True,
         )
         hidden = outputs.last_hidden_state  # (B, T, d)
-        if labels is not None and self.training and torch.is_grad_enabled() and type(self.lm_head) is nn.Linear:
-            # A training step needs the loss, not the logits: the fused loss never materialises them (loss.py).
+        if (
+            labels is not None
+            and self.training
+            and torch.is_grad_enabled()
+            and type(self.lm_head) is nn.Linear
+        ):
+            # A training step needs the loss, not the logits: the fused loss never materialises them
+            # (loss.py).
             logits = None
-            loss = linear_label_smoothed_cross_entropy(hidden, self.lm_head.weight, self.loss_targets(labels, hidden.shape[:2]),
-                                                       self.config.label_smoothing)
+            loss = linear_label_smoothed_cross_entropy(
+                hidden,
+                self.lm_head.weight,
+                self.loss_targets(labels, hidden.shape[:2]),
+                self.config.label_smoothing,
+            )
         else:
             logits = self.lm_head(hidden)  # (B, T, vocab)
             loss = self.translation_loss(logits, labels) if labels is not None else None
-        output = Seq2SeqLMOutput(loss=loss, logits=logits, **{k: v for k, v in outputs.items() if k != "last_hidden_state"})
+        output = Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            **{k: v for k, v in outputs.items() if k != "last_hidden_state"},
+        )
         return output if return_dict is not False else output.to_tuple()
 
     def translation_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Label-smoothed cross-entropy averaged over target tokens; -100 and padding are ignored."""
+        """Label-smoothed cross-entropy averaged over target tokens; -100 and padding are
+        ignored."""
         targets = self.loss_targets(labels, logits.shape[:2])
         return F.cross_entropy(
-            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, label_smoothing=self.config.label_smoothing
+            logits.flatten(0, 1).float(),
+            targets.flatten(),
+            ignore_index=IGNORE_INDEX,
+            label_smoothing=self.config.label_smoothing,
         )
 
     def loss_targets(self, labels: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-        """`labels` with padding set to IGNORE_INDEX, checked against the (batch, target length) `shape`."""
+        """`labels` with padding set to IGNORE_INDEX, checked against the (batch, target length)
+        `shape`."""
         if labels.shape != shape:
-            raise ValueError(f"labels have shape {tuple(labels.shape)}, expected (batch, target length) = {tuple(shape)}.")
+            raise ValueError(
+                f"labels have shape {tuple(labels.shape)}, expected (batch, target length) = "
+                f"{tuple(shape)}."
+            )
         return labels.masked_fill(labels == self.config.pad_token_id, IGNORE_INDEX)
 
     @staticmethod
-    def _reorder_cache(past_key_values: EncoderDecoderCache, beam_idx: torch.Tensor) -> EncoderDecoderCache:
+    def _reorder_cache(
+        past_key_values: EncoderDecoderCache, beam_idx: torch.Tensor
+    ) -> EncoderDecoderCache:
         """Beam search: reorder the self-attention cache only; a sentence's beams share its
         cross-attention keys and values, and beams never move between sentences."""
         past_key_values.self_attention_cache.reorder_cache(beam_idx)
         return past_key_values
 
-    def _expand_inputs_for_generation(self, expand_size: int = 1, is_encoder_decoder: bool = False, input_ids=None,
-                                      **model_kwargs):
+    def _expand_inputs_for_generation(
+        self, expand_size: int = 1, is_encoder_decoder: bool = False, input_ids=None, **model_kwargs
+    ):
         """generate()'s copies of each sentence's inputs for its beams, but for the encoder output
         and its mask: one per sentence, marked `rows_per_sentence`, so that cross-attention computes
         their keys and values once. Where the encoder's attentions or hidden states are asked for,
@@ -553,20 +752,38 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
         # in 5.24: super() calls either. If a release stops calling it, the beams read copies (the
         # same tokens) and the decoding suite's test of the cross-attention's rows fails.
         encoder_outputs = model_kwargs.get("encoder_outputs")
-        if (expand_size == 1 or not isinstance(encoder_outputs, TranslationEncoderOutput)
-                or encoder_outputs.attentions is not None or encoder_outputs.hidden_states is not None):
-            return super()._expand_inputs_for_generation(expand_size, is_encoder_decoder, input_ids, **model_kwargs)
+        if (
+            expand_size == 1
+            or not isinstance(encoder_outputs, TranslationEncoderOutput)
+            or encoder_outputs.attentions is not None
+            or encoder_outputs.hidden_states is not None
+        ):
+            return super()._expand_inputs_for_generation(
+                expand_size, is_encoder_decoder, input_ids, **model_kwargs
+            )
         del model_kwargs["encoder_outputs"]
         attention_mask = model_kwargs.pop("attention_mask", None)
-        input_ids, model_kwargs = super()._expand_inputs_for_generation(expand_size, False, input_ids, **model_kwargs)
-        shared = dataclasses.replace(encoder_outputs, rows_per_sentence=(encoder_outputs.rows_per_sentence or 1) * expand_size)
-        return input_ids, {**model_kwargs, "encoder_outputs": shared, "attention_mask": attention_mask}
+        input_ids, model_kwargs = super()._expand_inputs_for_generation(
+            expand_size, False, input_ids, **model_kwargs
+        )
+        shared = dataclasses.replace(
+            encoder_outputs,
+            rows_per_sentence=(encoder_outputs.rows_per_sentence or 1) * expand_size,
+        )
+        return input_ids, {
+            **model_kwargs,
+            "encoder_outputs": shared,
+            "attention_mask": attention_mask,
+        }
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+        return shift_tokens_right(
+            labels, self.config.pad_token_id, self.config.decoder_start_token_id
+        )
 
     def generate(self, inputs=None, **kwargs):
-        """`GenerationMixin.generate` through this family's decoding loop (`translation_generate`)."""
+        """`GenerationMixin.generate` through this family's decoding loop
+        (`translation_generate`)."""
         return translation_generate(self, inputs, **kwargs)
 
     def mask_from_padding(self, input_ids: torch.Tensor) -> torch.Tensor | None:
@@ -580,12 +797,24 @@ class TranslationTransformerForConditionalGeneration(TranslationTransformerPreTr
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, plus the vocabulary shortlist saved beside the weights, if any."""
+        """`PreTrainedModel.from_pretrained`, plus the vocabulary shortlist saved beside the
+        weights, if any."""
         loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
         if pretrained_model_name_or_path is not None:
-            hub_kwargs = {name: kwargs[name] for name in ("cache_dir", "force_download", "local_files_only", "token",
-                                                          "revision", "subfolder", "proxies") if name in kwargs}
+            hub_kwargs = {
+                name: kwargs[name]
+                for name in (
+                    "cache_dir",
+                    "force_download",
+                    "local_files_only",
+                    "token",
+                    "revision",
+                    "subfolder",
+                    "proxies",
+                )
+                if name in kwargs
+            }
             model.shortlist = load_shortlist(pretrained_model_name_or_path, **hub_kwargs)
         return loaded
 

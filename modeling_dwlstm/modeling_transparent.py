@@ -5,10 +5,10 @@ cross-attend over their own learned, softmax-weighted combination of all encoder
 
     memory_i = sum_j softmax(s_i)_j e_j,     e_0 = embeddings, e_1 .. e_{L-1} layer outputs, e_L = encoder output
 
-The encoder returns the stacked e_j as `layer_outputs` of its `TranslationEncoderOutput` (a top-level
-tensor, so `generate()` expands it for beams); each decoder layer mixes them only while its
-cross-attention keys/values are not yet cached, i.e. once per generation.
-"""
+The encoder returns the stacked e_j as `layer_outputs` of its `TranslationEncoderOutput` (a
+top-level tensor, so `generate()` expands it for beams); each decoder layer mixes them only while
+its cross-attention keys/values are not yet cached, i.e. once per generation.
+"""  # noqa: E501
 
 from typing import TYPE_CHECKING
 
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 
 class TransparentAttentionConfig(ResidualTransformerConfig):
     r"""
-    Transparent attention (Bapna et al. 2018, "Training Deeper Neural Machine Translation Models with
-    Transparent Attention"; the TA baseline of Xu et al. 2024, Table 6) on the residual layers.
+    Transparent attention (Bapna et al. 2018, "Training Deeper Neural Machine Translation Models
+    with Transparent Attention"; the TA baseline of Xu et al. 2024, Table 6) on the residual layers.
 
     Decoder layer i cross-attends over its own softmax-weighted combination of all encoder layer
     outputs instead of the top one only:
@@ -53,8 +53,8 @@ class TransparentAttentionConfig(ResidualTransformerConfig):
 
     Args:
         norm_position (`str`, defaults to "post"): the residual layers' normalisation. Post-norm by
-            default: transparent attention was proposed to train deep post-norm encoders, and Wang et al.
-            2019 (Table 2) compare it among the post-norm systems.
+            default: transparent attention was proposed to train deep post-norm encoders, and Wang
+            et al. 2019 (Table 2) compare it among the post-norm systems.
     """
 
     model_type = "dwlstm-ta"
@@ -77,21 +77,26 @@ class TransparentAttention(LayerCombination):
         layer_outputs = getattr(encoder_outputs, "layer_outputs", None)
         if layer_outputs is None:
             raise ValueError(
-                "Transparent attention reads every encoder layer: pass `encoder_outputs` as returned by this "
-                "model's encoder (`model.get_encoder()(...)`, a TranslationEncoderOutput with `layer_outputs`)."
+                "Transparent attention reads every encoder layer: pass `encoder_outputs` as "
+                "returned by this model's encoder (`model.get_encoder()(...)`, a "
+                "TranslationEncoderOutput with `layer_outputs`)."
             )
         return layer_outputs  # (B, S, L_enc+1, d)
 
-    def forward(self, encoder_states: torch.Tensor, layer_idx: int, past_key_values=None) -> torch.Tensor | None:
+    def forward(
+        self, encoder_states: torch.Tensor, layer_idx: int, past_key_values=None
+    ) -> torch.Tensor | None:
         if past_key_values is not None and past_key_values.is_updated.get(layer_idx):
-            return None  # this layer's cross-attention keys/values are cached: the memory is not read again
+            # this layer's cross-attention keys/values are cached: the memory is not read again
+            return None
         if encoder_states.dim() != 4 or encoder_states.shape[2] != self.shape[1]:
             raise ValueError(
-                f"Transparent attention's decoder reads every encoder layer: pass encoder_hidden_states = "
-                f"encoder(...).layer_outputs, shape (batch, source length, {self.shape[1]}, d_model), got "
-                f"{tuple(encoder_states.shape)}."
+                "Transparent attention's decoder reads every encoder layer: pass "
+                "encoder_hidden_states = encoder(...).layer_outputs, shape (batch, source "
+                f"length, {self.shape[1]}, d_model), got {tuple(encoder_states.shape)}."
             )
-        return self.weights[layer_idx].softmax(-1) @ encoder_states  # (L+1,) @ (B, S, L+1, d) -> (B, S, d)
+        # (L+1,) @ (B, S, L+1, d) -> (B, S, d)
+        return self.weights[layer_idx].softmax(-1) @ encoder_states
 
 
 class TransparentAttentionModel(ResidualTransformerModel):
@@ -109,7 +114,7 @@ BAPNA_2018 = """@inproceedings{bapna2018training,
   author    = {Bapna, Ankur and Chen, Mia Xu and Firat, Orhan and Cao, Yuan and Wu, Yonghui},
   booktitle = {Proceedings of the 2018 Conference on Empirical Methods in Natural Language Processing},
   year      = {2018}
-}"""
+}"""  # noqa: E501
 
 # Bapna et al.'s 16-layer encoder (Xu et al. 2024, Table 6), beside the 6-layer base.
 MEMBER = FamilyMember(

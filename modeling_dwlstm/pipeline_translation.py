@@ -3,12 +3,12 @@
 Two ways to get it:
 
 - In-process: `import modeling_dwlstm` calls `register_translation_pipeline()`, after which
-  `pipeline("translation", model=..., tokenizer=...)` and `pipeline("translation_en_to_de", ...)` work
-  as in transformers 4.
-- Anywhere: `save_pretrained` of the models writes `custom_pipelines` (`translation_pipeline_entries`)
-  into `config.json` and this file beside the weights (it is part of the model's code), so
-  `pipeline("translation", model=dir, trust_remote_code=True)` works in a process that cannot import
-  modeling_dwlstm.
+  `pipeline("translation", model=..., tokenizer=...)` and `pipeline("translation_en_to_de", ...)`
+  work as in transformers 4.
+- Anywhere: `save_pretrained` of the models writes `custom_pipelines`
+  (`translation_pipeline_entries`) into `config.json` and this file beside the weights (it is part
+  of the model's code), so `pipeline("translation", model=dir, trust_remote_code=True)` works in a
+  process that cannot import modeling_dwlstm.
 
 Because of the second use this file is loaded as standalone remote code: it imports only from
 `transformers`, `torch` and the standard library, and importing it registers nothing.
@@ -25,20 +25,25 @@ import transformers.pipelines
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
-# Both directions with English are registered for each of these: OPUS-100 and WMT are English-centric.
+# Both directions with English are registered for each of these: OPUS-100 and WMT are
+# English-centric.
 OPUS100_LANGUAGES = (
-    "af am an ar as az be bg bn br bs ca cs cy da de dz el en eo es et eu fa fi fr fy ga gd gl gu ha he hi hr hu hy "
-    "id ig is it ja ka kk km kn ko ku ky li lt lv mg mk ml mn mr ms mt my nb ne nl nn no oc or pa pl ps pt ro ru rw "
-    "se sh si sk sl sq sr sv ta te tg th tk tr tt ug uk ur uz vi wa xh yi yo zh zu"
+    "af am an ar as az be bg bn br bs ca cs cy da de dz el en eo es et eu fa fi fr fy ga gd gl "
+    "gu ha he hi hr hu hy id ig is it ja ka kk km kn ko ku ky li lt lv mg mk ml mn mr ms mt my "
+    "nb ne nl nn no oc or pa pl ps pt ro ru rw se sh si sk sl sq sr sv ta te tg th tk tr tt ug "
+    "uk ur uz vi wa xh yi yo zh zu"
 ).split()
-WMT_LANGUAGES = "cs de en et fi fr gu ha hi hr hsb is iu ja kk km liv lt lv pl ps ro ru sah ta tr uk xh zh".split()
+WMT_LANGUAGES = (
+    "cs de en et fi fr gu ha hi hr hsb is iu ja kk km liv lt lv pl ps ro ru sah ta tr uk xh zh"
+).split()
 DEFAULT_LANGUAGE_CODES = tuple(sorted(set(OPUS100_LANGUAGES) | set(WMT_LANGUAGES)))
 # Every direction among these is registered too: OPUS-100's zero-shot test set (ar de fr nl ru zh)
 # and WMT's non-English tasks (de-fr, cs-de, cs-uk, ja-zh, ...).
 DIRECT_LANGUAGES = ("ar", "cs", "de", "fr", "ja", "nl", "ru", "uk", "zh")
 PIVOT_LANGUAGE = "en"
 
-LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(?:_[A-Za-z0-9]+)*")  # en, yue, zh_Hant: as in the tokenizer's <2xx> tags
+# en, yue, zh_Hant: as in the tokenizer's <2xx> tags
+LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(?:_[A-Za-z0-9]+)*")
 LANGUAGE_TAG = re.compile(r"<2[A-Za-z]{2,3}(?:_[A-Za-z0-9]+)*>")
 TASK_LANGUAGES = re.compile(r"translation_(?P<src>.+?)_to_(?P<tgt>.+)")
 
@@ -80,7 +85,8 @@ class TranslationPipeline(Pipeline):
         self._init_generation_kwargs = {key: kwargs.pop(key) for key in keys & kwargs.keys()}
         super().__init__(*args, **kwargs)
         src_lang, tgt_lang = languages_from_task(self.task)
-        if tgt_lang is not None:  # a task such as translation_de_to_fr: refused now rather than at the first call
+        # a task such as translation_de_to_fr: refused now rather than at the first call
+        if tgt_lang is not None:
             self._check_direction(src_lang, tgt_lang)
 
     def __call__(self, inputs, **kwargs):
@@ -93,20 +99,32 @@ class TranslationPipeline(Pipeline):
             raise ValueError("The translation pipeline needs a text or a list of texts, got None.")
         if isinstance(inputs, tuple):  # the tokenizer would read a tuple as one pre-tokenized text
             inputs = list(inputs)
-        if not isinstance(inputs, (str, dict, list, Iterable)) or isinstance(inputs, (bytes, bytearray)):
-            raise ValueError(f"The translation pipeline translates a string, a list of strings (or of "
-                             f"{{'text': ..., 'tgt_lang': ...}} dicts) or an iterable of them; got a "
-                             f"{type(inputs).__name__}.")
-        if not isinstance(inputs, (str, dict, list)):  # generators, datasets: streamed by the base class as is
+        if not isinstance(inputs, (str, dict, list, Iterable)) or isinstance(
+            inputs, (bytes, bytearray)
+        ):
+            raise ValueError(
+                f"The translation pipeline translates a string, a list of strings (or of "
+                f"{{'text': ..., 'tgt_lang': ...}} dicts) or an iterable of them; got a "
+                f"{type(inputs).__name__}."
+            )
+        # generators, datasets: streamed by the base class as is
+        if not isinstance(inputs, (str, dict, list)):
             return super().__call__(inputs, **kwargs)
         items = [inputs] if isinstance(inputs, (str, dict)) else inputs
         texts = []
         for index, item in enumerate(items):
-            text = item.get("text") if isinstance(item, dict) else item  # dicts: one direction each (see class)
+            # dicts: one direction each (see class)
+            text = item.get("text") if isinstance(item, dict) else item
             if not isinstance(text, str):
-                raise ValueError(f"The translation pipeline translates strings (or {{'text': ..., 'tgt_lang': ...}} "
-                                 f"dicts); item {index} is a {type(item).__name__}"
-                                 + (f" whose 'text' is a {type(text).__name__}." if isinstance(item, dict) else "."))
+                raise ValueError(
+                    f"The translation pipeline translates strings (or {{'text': ..., 'tgt_lang': "
+                    f"...}} dicts); item {index} is a {type(item).__name__}"
+                    + (
+                        f" whose 'text' is a {type(text).__name__}."
+                        if isinstance(item, dict)
+                        else "."
+                    )
+                )
             texts.append(text)
         self._warn_about_decomposed_text(texts)
         to_translate = [item for item, text in zip(items, texts) if text.strip()]
@@ -120,36 +138,61 @@ class TranslationPipeline(Pipeline):
         return result
 
     def _warn_about_decomposed_text(self, texts: list[str]) -> None:
-        """A tokenizer saved before NFC normalization was added reads decomposed accents ("u" + combining
-        diaeresis) as they are, mostly as <unk>: say so, as the evaluation does, rather than translate them badly."""
+        """A tokenizer saved before NFC normalization was added reads decomposed accents ("u" +
+        combining diaeresis) as they are, mostly as <unk>: say so, as the evaluation does, rather
+        than translate them badly."""
         if not hasattr(self, "_composes"):
             backend = getattr(self.tokenizer, "backend_tokenizer", None)
             normalizer = backend.normalizer if backend is not None else None
-            # Slow tokenizers (SentencePiece) normalize themselves; a fast one without a normalizer does not.
-            self._composes = backend is None or (normalizer is not None
-                                                 and normalizer.normalize_str("u\u0308") == "\u00fc")
-        count = 0 if self._composes else sum(not unicodedata.is_normalized("NFC", text) for text in texts)
+            # Slow tokenizers (SentencePiece) normalize themselves; a fast one without a normalizer
+            # does not.
+            self._composes = backend is None or (
+                normalizer is not None and normalizer.normalize_str("u\u0308") == "\u00fc"
+            )
+        count = (
+            0
+            if self._composes
+            else sum(not unicodedata.is_normalized("NFC", text) for text in texts)
+        )
         if count:
-            logger.warning("%d of %d texts are not in Unicode NFC (decomposed accents), and this model's tokenizer, "
-                           "saved before NFC normalization was added, reads them as they are (mostly <unk>): convert "
-                           "them to NFC (unicodedata.normalize('NFC', text)), or train a new tokenizer.",
-                           count, len(texts))
+            logger.warning(
+                "%d of %d texts are not in Unicode NFC (decomposed accents), and this model's "
+                "tokenizer, saved before NFC normalization was added, reads them as they are "
+                "(mostly <unk>): convert them to NFC (unicodedata.normalize('NFC', text)), or "
+                "train a new tokenizer.",
+                count,
+                len(texts),
+            )
 
     def _empty_translations(self, kwargs) -> list[dict]:
-        """What an empty text translates to: as many empty records as `num_return_sequences` asks for."""
-        count = kwargs.get("num_return_sequences") or self.model.generation_config.num_return_sequences or 1
+        """What an empty text translates to: as many empty records as `num_return_sequences`
+        asks for."""
+        count = (
+            kwargs.get("num_return_sequences")
+            or self.model.generation_config.num_return_sequences
+            or 1
+        )
         if kwargs.get("return_tensors"):
-            return [{"translation_token_ids": torch.zeros(0, dtype=torch.long)} for _ in range(count)]
+            return [
+                {"translation_token_ids": torch.zeros(0, dtype=torch.long)} for _ in range(count)
+            ]
         return [{"translation_text": ""} for _ in range(count)]
 
     def _sanitize_parameters(
-        self, src_lang=None, tgt_lang=None, truncation=None, return_tensors=None, clean_up_tokenization_spaces=None,
+        self,
+        src_lang=None,
+        tgt_lang=None,
+        truncation=None,
+        return_tensors=None,
+        clean_up_tokenization_spaces=None,
         **generate_kwargs,
     ):
-        """Only what the caller passed, so that call arguments override those given at construction."""
+        """Only what the caller passed, so that call arguments override those given at
+        construction."""
         preprocess_params = {"src_lang": src_lang, "tgt_lang": tgt_lang, "truncation": truncation}
         postprocess_params = {
-            "return_tensors": return_tensors, "clean_up_tokenization_spaces": clean_up_tokenization_spaces
+            "return_tensors": return_tensors,
+            "clean_up_tokenization_spaces": clean_up_tokenization_spaces,
         }
         return _without_none(preprocess_params), generate_kwargs, _without_none(postprocess_params)
 
@@ -158,32 +201,59 @@ class TranslationPipeline(Pipeline):
         if isinstance(text, dict):  # one input of a call that mixes directions
             unknown = sorted(set(text) - {"text", "src_lang", "tgt_lang"})
             if "text" not in text or unknown:
-                raise ValueError(f"A dict input looks like {{'text': ..., 'tgt_lang': 'de', 'src_lang': 'en'}}; got "
-                                 f"the keys {sorted(text)}.")
-            src_lang, tgt_lang, text = text.get("src_lang", src_lang), text.get("tgt_lang", tgt_lang), text["text"]
+                raise ValueError(
+                    f"A dict input looks like {{'text': ..., 'tgt_lang': 'de', 'src_lang': "
+                    f"'en'}}; got the keys {sorted(text)}."
+                )
+            src_lang, tgt_lang, text = (
+                text.get("src_lang", src_lang),
+                text.get("tgt_lang", tgt_lang),
+                text["text"],
+            )
         task_src, task_tgt = languages_from_task(self.task)
-        src_lang, tgt_lang = src_lang or task_src, tgt_lang or task_tgt or self._sole_tagged_target()
+        src_lang, tgt_lang = (
+            src_lang or task_src,
+            tgt_lang or task_tgt or self._sole_tagged_target(),
+        )
         self._check_direction(src_lang, tgt_lang)
-        if hasattr(self.tokenizer, "_build_translation_inputs"):  # mBART, M2M100, NLLB set language codes themselves
+        # mBART, M2M100, NLLB set language codes themselves
+        if hasattr(self.tokenizer, "_build_translation_inputs"):
             return self.tokenizer._build_translation_inputs(
-                text, return_tensors="pt", truncation=truncation, src_lang=src_lang, tgt_lang=tgt_lang
+                text,
+                return_tensors="pt",
+                truncation=truncation,
+                src_lang=src_lang,
+                tgt_lang=tgt_lang,
             )
         inputs = self.tokenizer(text, truncation=truncation, return_tensors="pt")
         inputs.pop("token_type_ids", None)
         tag_id = self._language_tag_id(tgt_lang)
-        first = self.tokenizer.convert_ids_to_tokens(int(inputs["input_ids"][0, 0])) if inputs["input_ids"].numel() else ""
+        first = (
+            self.tokenizer.convert_ids_to_tokens(int(inputs["input_ids"][0, 0]))
+            if inputs["input_ids"].numel()
+            else ""
+        )
         if tag_id is not None and LANGUAGE_TAG.fullmatch(first or "") and first != f"<2{tgt_lang}>":
-            raise ValueError(f"The text starts with the tag {first} but tgt_lang is {tgt_lang!r}: take the tag out of "
-                             "the text (tgt_lang puts its own in front).")
-        if tag_id is not None and inputs["input_ids"][0, 0] != tag_id:  # not when the text starts with the tag
+            raise ValueError(
+                f"The text starts with the tag {first} but tgt_lang is {tgt_lang!r}: take the "
+                "tag out of "
+                "the text (tgt_lang puts its own in front)."
+            )
+        # not when the text starts with the tag
+        if tag_id is not None and inputs["input_ids"][0, 0] != tag_id:
             inputs["input_ids"] = torch.cat([torch.tensor([[tag_id]]), inputs["input_ids"]], dim=1)
-            inputs["attention_mask"] = torch.cat([torch.ones(1, 1, dtype=torch.long), inputs["attention_mask"]], dim=1)
+            inputs["attention_mask"] = torch.cat(
+                [torch.ones(1, 1, dtype=torch.long), inputs["attention_mask"]], dim=1
+            )
         return inputs
 
     def _forward(self, model_inputs, **generate_kwargs):
-        """Generate, grouping the output sequences per input (several with `num_return_sequences`)."""
+        """Generate, grouping the output sequences per input (several with
+        `num_return_sequences`)."""
         batch_size = model_inputs["input_ids"].shape[0]
-        output_ids = self.model.generate(**model_inputs, **self.generation_settings(generate_kwargs))
+        output_ids = self.model.generate(
+            **model_inputs, **self.generation_settings(generate_kwargs)
+        )
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
 
     def generation_settings(self, generate_kwargs: dict) -> dict:
@@ -219,35 +289,50 @@ class TranslationPipeline(Pipeline):
         if return_tensors:
             return [{"translation_token_ids": ids} for ids in model_outputs["output_ids"][0]]
         return [
-            {"translation_text": self.tokenizer.decode(
-                ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
-            )}
+            {
+                "translation_text": self.tokenizer.decode(
+                    ids,
+                    skip_special_tokens=True,
+                    clean_up_tokenization_spaces=clean_up_tokenization_spaces,
+                )
+            }
             for ids in model_outputs["output_ids"][0]
         ]
 
     def _check_direction(self, src_lang: str | None, tgt_lang: str | None) -> None:
-        """A multilingual model: a target with a tag, a source among the model's languages; any other model with
-        `language_pairs`: one of them (see the class)."""
+        """A multilingual model: a target with a tag, a source among the model's languages; any
+        other model with `language_pairs`: one of them (see the class)."""
         tagged = self._tagged_languages()
         pairs = list(getattr(self.model.config, "language_pairs", None) or [])
         if tagged and len({pair.split("-")[-1] for pair in pairs}) >= 2:
             self._check_multilingual_direction(src_lang, tgt_lang, tagged, pairs)
-        elif tagged and tgt_lang is None:  # trained with tags, as the evaluation takes it: untagged input is unknown
-            raise ValueError(f"This model's tokenizer reserves the language tags {sorted(tagged)}: the model was "
-                             "trained with the target tag in front of every source. Pass tgt_lang=... or use a task "
-                             f"like 'translation_xx_to_{sorted(tagged)[0]}'.")
+        # trained with tags, as the evaluation takes it: untagged input is unknown
+        elif tagged and tgt_lang is None:
+            raise ValueError(
+                f"This model's tokenizer reserves the language tags {sorted(tagged)}: the model "
+                "was "
+                "trained with the target tag in front of every source. Pass tgt_lang=... or use "
+                "a task "
+                f"like 'translation_xx_to_{sorted(tagged)[0]}'."
+            )
         elif pairs:
             _check_trained_direction(src_lang, tgt_lang, pairs)
 
     @staticmethod
-    def _check_multilingual_direction(src_lang: str | None, tgt_lang: str | None, tagged: list[str],
-                                      pairs: list[str]) -> None:
+    def _check_multilingual_direction(
+        src_lang: str | None, tgt_lang: str | None, tagged: list[str], pairs: list[str]
+    ) -> None:
         languages = sorted(set(tagged) | {code for pair in pairs for code in pair.split("-")})
-        supported = (f"it translates into {sorted(tagged)} from {languages} (trained directions: {pairs or 'unknown'}; "
-                     "others between these languages are zero-shot)")
+        supported = (
+            f"it translates into {sorted(tagged)} from {languages} (trained directions: "
+            f"{pairs or 'unknown'}; "
+            "others between these languages are zero-shot)"
+        )
         if tgt_lang is None:
-            raise ValueError(f"This multilingual model needs a target language: pass tgt_lang=... or use a task "
-                             f"like 'translation_en_to_{sorted(tagged)[0]}'; {supported}.")
+            raise ValueError(
+                f"This multilingual model needs a target language: pass tgt_lang=... or use a task "
+                f"like 'translation_en_to_{sorted(tagged)[0]}'; {supported}."
+            )
         if tgt_lang not in tagged:
             raise ValueError(f"Unsupported target language {tgt_lang!r}: {supported}.")
         if src_lang is not None and src_lang not in languages:
@@ -256,13 +341,21 @@ class TranslationPipeline(Pipeline):
     def _sole_tagged_target(self) -> str | None:
         """The target language of a many-to-one model trained with tags (one target in its config's
         `language_pairs`, with a `<2xx>` tag): a call without `tgt_lang` can mean no other."""
-        targets = {pair.split("-")[-1] for pair in getattr(self.model.config, "language_pairs", None) or []}
-        return next(iter(targets)) if len(targets) == 1 and targets <= set(self._tagged_languages()) else None
+        targets = {
+            pair.split("-")[-1] for pair in getattr(self.model.config, "language_pairs", None) or []
+        }
+        return (
+            next(iter(targets))
+            if len(targets) == 1 and targets <= set(self._tagged_languages())
+            else None
+        )
 
     def _tagged_languages(self) -> list[str]:
         """The languages whose `<2xx>` tag the tokenizer reserves (read once)."""
         if not hasattr(self, "_tagged"):
-            self._tagged = [token[2:-1] for token in self.tokenizer.get_vocab() if LANGUAGE_TAG.fullmatch(token)]
+            self._tagged = [
+                token[2:-1] for token in self.tokenizer.get_vocab() if LANGUAGE_TAG.fullmatch(token)
+            ]
         return self._tagged
 
     def _language_tag_id(self, language: str | None) -> int | None:
@@ -274,25 +367,39 @@ class TranslationPipeline(Pipeline):
 
 
 def _check_trained_direction(src_lang: str | None, tgt_lang: str | None, pairs: list[str]) -> None:
-    """A model with one target language translates only the directions its config's `language_pairs` name: it has
-    no tag to steer it elsewhere, so another target (or source) would silently get its own target language."""
-    sources, targets = {pair.split("-")[0] for pair in pairs}, {pair.split("-")[1] for pair in pairs}
+    """A model with one target language translates only the directions its config's `language_pairs`
+    name: it has no tag to steer it elsewhere, so another target (or source) would silently get its
+    own target language."""
+    sources, targets = (
+        {pair.split("-")[0] for pair in pairs},
+        {pair.split("-")[1] for pair in pairs},
+    )
     if src_lang is not None and tgt_lang is not None:
         known = f"{src_lang}-{tgt_lang}" in pairs
     else:
-        known = (src_lang is None or src_lang in sources) and (tgt_lang is None or tgt_lang in targets)
+        known = (src_lang is None or src_lang in sources) and (
+            tgt_lang is None or tgt_lang in targets
+        )
     if not known:
-        raise ValueError(f"Unsupported direction {src_lang or '?'} to {tgt_lang or '?'}: this model translates "
-                         f"{pairs} (its config's language_pairs); use the task 'translation' or "
-                         f"'translation_{pairs[0].replace('-', '_to_')}'.")
+        raise ValueError(
+            f"Unsupported direction {src_lang or '?'} to {tgt_lang or '?'}: this model translates "
+            f"{pairs} (its config's language_pairs); use the task 'translation' or "
+            f"'translation_{pairs[0].replace('-', '_to_')}'."
+        )
 
 
 def translation_pipeline_entries(language_pairs: Iterable[str]) -> dict:
-    """`custom_pipelines` entries of a saved model's config: "translation" and one "translation_xx_to_yy" per
-    language pair ("en-de"), each naming this file's `TranslationPipeline`."""
-    entry = {"impl": f"{__name__.rsplit('.', 1)[-1]}.{TranslationPipeline.__name__}", "pt": ["AutoModelForSeq2SeqLM"],
-             "type": "text"}
-    tasks = ["translation"] + [f"translation_{pair.replace('-', '_to_')}" for pair in language_pairs]
+    """`custom_pipelines` entries of a saved model's config: "translation" and one
+    "translation_xx_to_yy" per language pair ("en-de"), each naming this file's
+    `TranslationPipeline`."""
+    entry = {
+        "impl": f"{__name__.rsplit('.', 1)[-1]}.{TranslationPipeline.__name__}",
+        "pt": ["AutoModelForSeq2SeqLM"],
+        "type": "text",
+    }
+    tasks = ["translation"] + [
+        f"translation_{pair.replace('-', '_to_')}" for pair in language_pairs
+    ]
     return {task: dict(entry) for task in tasks}
 
 
@@ -303,7 +410,8 @@ def languages_from_task(task: str) -> tuple[str | None, str | None]:
 
 
 def register_translation_pipeline(language_codes: Iterable[str] = DEFAULT_LANGUAGE_CODES) -> None:
-    """Make `pipeline("translation", ...)` and `pipeline("translation_xx_to_yy", ...)` work in this process.
+    """Make `pipeline("translation", ...)` and `pipeline("translation_xx_to_yy", ...)` work in this
+    process.
 
     Registers both directions between English and each of `language_codes`, and every direction
     among those of them in `DIRECT_LANGUAGES`; `register_translation_pairs` adds others. Idempotent.
@@ -316,10 +424,12 @@ def register_translation_pipeline(language_codes: Iterable[str] = DEFAULT_LANGUA
 
 
 def register_translation_pairs(pairs: Iterable[str | tuple[str, str]]) -> None:
-    """Register `translation_{src}_to_{tgt}` for each pair, given as "src-tgt" or (src, tgt). Idempotent.
+    """Register `translation_{src}_to_{tgt}` for each pair, given as "src-tgt" or (src, tgt).
+    Idempotent.
 
-    transformers looks task names up literally, so each direction needs its own name; they are aliases
-    of "translation", and the pipeline reads the languages back from the name it was created with.
+    transformers looks task names up literally, so each direction needs its own name; they are
+    aliases of "translation", and the pipeline reads the languages back from the name it was
+    created with.
     """
     pairs = [_parse_pair(pair) for pair in pairs]  # all checked before any is registered
     _register_translation_task()
@@ -337,9 +447,15 @@ def _register_translation_task() -> None:
     `pipeline("translation", model=model)` in this process needs the saved model and
     `trust_remote_code`."""
     getattr(transformers.pipelines, "REMOVED_TASKS", {}).pop("translation", None)
-    if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
+    if (
+        PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl")
+        is not TranslationPipeline
+    ):
         PIPELINE_REGISTRY.register_pipeline(
-            "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+            "translation",
+            pipeline_class=TranslationPipeline,
+            pt_model=AutoModelForSeq2SeqLM,
+            type="text",
         )
 
 
@@ -347,7 +463,8 @@ def _parse_pair(pair: str | tuple[str, str]) -> tuple[str, str]:
     """("en", "de") from "en-de" or ("en", "de"), refusing what would not make a task name."""
     codes = pair.split("-") if isinstance(pair, str) else pair
     if (
-        not isinstance(codes, (tuple, list)) or len(codes) != 2
+        not isinstance(codes, (tuple, list))
+        or len(codes) != 2
         or not all(isinstance(code, str) and LANGUAGE_CODE.fullmatch(code) for code in codes)
     ):
         raise ValueError(f"A language pair looks like 'en-de' or ('en', 'de'), got {pair!r}.")

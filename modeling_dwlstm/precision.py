@@ -23,7 +23,7 @@ on a GPU).
 
 A prepared model is for inference only: saving it or preparing it again is refused. The
 measurements behind these choices: the repository's docs/speed.md and experiments/speed/README.md.
-"""
+"""  # noqa: E501
 
 import functools
 import os
@@ -39,21 +39,29 @@ from torch import nn
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 QUANTIZATIONS = ("none", "int8")
-# The inference precisions, each a (dtype, quantize) of `prepare_for_inference`; "auto" picks one (`fastest_precision`).
-PRECISIONS = {"float32": ("float32", "none"), "bfloat16": ("bfloat16", "none"), "int8": ("float32", "int8"),
-              "bfloat16+int8": ("bfloat16", "int8")}
+# The inference precisions, each a (dtype, quantize) of `prepare_for_inference`; "auto" picks one
+# (`fastest_precision`).
+PRECISIONS = {
+    "float32": ("float32", "none"),
+    "bfloat16": ("bfloat16", "none"),
+    "int8": ("float32", "int8"),
+    "bfloat16+int8": ("bfloat16", "int8"),
+}
 AUTO = "auto"
 OUTPUT_PROJECTION = "lm_head"
-SMALLEST_SCALE = 1e-12  # an all-zero row (a padded position) quantises to zeros instead of dividing by zero
+# an all-zero row (a padded position) quantises to zeros instead of dividing by zero
+SMALLEST_SCALE = 1e-12
 INT8_ROUTES = ("int_mm", "fbgemm")
-# fbgemm's (scale, zero point) for inputs in [-1, 1], as its dynamic quantisation (`quantized::linear_dynamic`,
-# reduce_range) chooses them for that range; given, so that fbgemm skips its pass over the input for the range.
-# Inputs quantise to 0..128 (+1 rounds up to 128): against weights within +-127 a pair of AVX2 multiply-adds
-# stays inside int16 (2 x 128 x 127 = 32,512).
+# fbgemm's (scale, zero point) for inputs in [-1, 1], as its dynamic quantisation
+# (`quantized::linear_dynamic`, reduce_range) chooses them for that range; given, so that fbgemm
+# skips its pass over the input for the range. Inputs quantise to 0..128 (+1 rounds up to 128):
+# against weights within +-127 a pair of AVX2 multiply-adds stays inside int16 (2 x 128 x 127 =
+# 32,512).
 UNIT_RANGE_QUANTIZATION = (2 / 127, 64)
 # torch.compile cannot trace fbgemm's packed weight (a ScriptObject), so a compiled projection calls
-# `fbgemm_unit_range_linear`, which finds its packed weight here by a number: id(packed weight) -> packed weight,
-# for as long as a module holds it. A copy of this file loaded as Hub remote code registers an operator of its own.
+# `fbgemm_unit_range_linear`, which finds its packed weight here by a number: id(packed weight) ->
+# packed weight, for as long as a module holds it. A copy of this file loaded as Hub remote code
+# registers an operator of its own.
 PACKED_WEIGHTS = weakref.WeakValueDictionary()
 OPERATOR_NAMESPACE = re.sub(r"\W", "_", __name__)
 
@@ -62,20 +70,32 @@ OPERATOR_NAMESPACE = re.sub(r"\W", "_", __name__)
 class CpuFeatures:
     """What decides which low-precision route is fast on this CPU."""
 
-    capability: str  # PyTorch's kernel level, torch.backends.cpu.get_cpu_capability(): "AVX2", "AVX512", ...
-    int8_dot_products: bool  # AVX-512 VNNI or AMX: int8 GEMMs (torch._int_mm) run at several times float32's rate
+    # PyTorch's kernel level, torch.backends.cpu.get_cpu_capability(): "AVX2", "AVX512", ...
+    capability: str
+    # AVX-512 VNNI or AMX: int8 GEMMs (torch._int_mm) run at several times float32's rate
+    int8_dot_products: bool
     native_bfloat16: bool  # AVX-512 BF16 or AMX: bfloat16 GEMMs run faster than float32 ones
-    matrix_tiles: bool = False  # AMX (tile matrix products in bfloat16 and int8), as oneDNN may use it
+    # AMX (tile matrix products in bfloat16 and int8), as oneDNN may use it
+    matrix_tiles: bool = False
 
     def describe(self) -> str:
-        extras = [name for name, present in (("VNNI", self.int8_dot_products), ("BF16", self.native_bfloat16),
-                                             ("AMX", self.matrix_tiles)) if present]
-        return self.capability + (f" with {' and '.join(extras)}" if extras else " (no VNNI, no native bfloat16)")
+        extras = [
+            name
+            for name, present in (
+                ("VNNI", self.int8_dot_products),
+                ("BF16", self.native_bfloat16),
+                ("AMX", self.matrix_tiles),
+            )
+            if present
+        ]
+        return self.capability + (
+            f" with {' and '.join(extras)}" if extras else " (no VNNI, no native bfloat16)"
+        )
 
 
 def cpuinfo() -> dict[str, str]:
-    """The fields of /proc/cpuinfo ("flags", "model name", ...; the first processor's where they repeat), {} where
-    there is no such file."""
+    """The fields of /proc/cpuinfo ("flags", "model name", ...; the first processor's where they
+    repeat), {} where there is no such file."""
     try:
         lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -90,23 +110,31 @@ def cpuinfo() -> dict[str, str]:
 
 @functools.cache
 def cpu_features() -> CpuFeatures:
-    """This CPU's features as the kernels will use them: the flags of /proc/cpuinfo, capped by the instruction
-    level PyTorch dispatches to (ATEN_CPU_CAPABILITY) and oneDNN's (ONEDNN_MAX_CPU_ISA), so that imitating an
-    older CPU with those variables imitates it here too. Without /proc/cpuinfo: no VNNI and no native bfloat16."""
+    """This CPU's features as the kernels will use them: the flags of /proc/cpuinfo, capped by the
+    instruction level PyTorch dispatches to (ATEN_CPU_CAPABILITY) and oneDNN's (ONEDNN_MAX_CPU_ISA),
+    so that imitating an older CPU with those variables imitates it here too. Without /proc/cpuinfo:
+    no VNNI and no native bfloat16."""
     flags = set(cpuinfo().get("flags", "").split())
     capability = torch.backends.cpu.get_cpu_capability()
     onednn_isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
-    avx512 = capability.startswith("AVX512") and (onednn_isa == "ALL" or "AVX512" in onednn_isa or "AMX" in onednn_isa)
-    return CpuFeatures(capability=capability,
-                       int8_dot_products=avx512 and bool(flags & {"avx512_vnni", "amx_int8"}),
-                       native_bfloat16=avx512 and bool(flags & {"avx512_bf16", "amx_bf16"}),
-                       matrix_tiles=avx512 and (onednn_isa == "ALL" or "AMX" in onednn_isa) and bool(flags & {"amx_bf16", "amx_int8"}))
+    avx512 = capability.startswith("AVX512") and (
+        onednn_isa == "ALL" or "AVX512" in onednn_isa or "AMX" in onednn_isa
+    )
+    return CpuFeatures(
+        capability=capability,
+        int8_dot_products=avx512 and bool(flags & {"avx512_vnni", "amx_int8"}),
+        native_bfloat16=avx512 and bool(flags & {"avx512_bf16", "amx_bf16"}),
+        matrix_tiles=avx512
+        and (onednn_isa == "ALL" or "AMX" in onednn_isa)
+        and bool(flags & {"amx_bf16", "amx_int8"}),
+    )
 
 
 @dataclass(frozen=True)
 class CpuClass:
-    """CPUs that decode alike (`matches`), and the precision whose beam-4 and greedy decoding was measured fastest
-    on them (base models, 6+6 layers; the runs are in docs/inference.md and the repository's experiments/speed/)."""
+    """CPUs that decode alike (`matches`), and the precision whose beam-4 and greedy decoding was
+    measured fastest on them (base models, 6+6 layers; the runs are in docs/inference.md and the
+    repository's experiments/speed/)."""
 
     name: str
     matches: Callable[[CpuFeatures], bool]
@@ -114,19 +142,36 @@ class CpuClass:
     measured: str  # the measurement behind `fastest`, in a few words
 
 
-# What "auto" takes on a CPU: the first class that matches. Compiled decoding steps are left out of the choice.
+# What "auto" takes on a CPU: the first class that matches. Compiled decoding steps are left out of
+# the choice.
 CPU_CLASSES = (
-    CpuClass("AMX", lambda cpu: cpu.matrix_tiles and cpu.native_bfloat16 and cpu.int8_dot_products,
-             "bfloat16", "Xeon with AMX-BF16/INT8, AVX-512 BF16 and VNNI, 1 thread, shared machine: bfloat16 "
-             "beam 4 2.10x, greedy 2.25x float32's speed; int8 1.94x / 1.60x; bfloat16+int8 1.32x / 1.40x"),
-    CpuClass("AVX-512 VNNI", lambda cpu: cpu.int8_dot_products,
-             "int8", "AVX-512 BF16 and VNNI, no AMX, 2 threads, quiet: int8 beam 4 2.59x, greedy 2.59x "
-             "float32's speed; bfloat16 1.82x / 1.89x; bfloat16+int8 2.04x / 2.13x"),
-    CpuClass("AVX2", lambda cpu: cpu.capability.startswith("AVX") and fbgemm_available(),
-             "int8", "AVX2 without VNNI (int8 by fbgemm), 2 threads, quiet: int8 beam 4 1.95x, greedy 2.58x "
-             "float32's speed; bfloat16 refused (several times slower than float32)"),
-    CpuClass("other", lambda cpu: True,
-             "float32", "no fast int8 kernel and no native bfloat16 (not measured: float32 is the one fast path)"),
+    CpuClass(
+        "AMX",
+        lambda cpu: cpu.matrix_tiles and cpu.native_bfloat16 and cpu.int8_dot_products,
+        "bfloat16",
+        "Xeon with AMX-BF16/INT8, AVX-512 BF16 and VNNI, 1 thread, shared machine: bfloat16 beam "
+        "4 2.10x, greedy 2.25x float32's speed; int8 1.94x / 1.60x; bfloat16+int8 1.32x / 1.40x",
+    ),
+    CpuClass(
+        "AVX-512 VNNI",
+        lambda cpu: cpu.int8_dot_products,
+        "int8",
+        "AVX-512 BF16 and VNNI, no AMX, 2 threads, quiet: int8 beam 4 2.59x, greedy 2.59x "
+        "float32's speed; bfloat16 1.82x / 1.89x; bfloat16+int8 2.04x / 2.13x",
+    ),
+    CpuClass(
+        "AVX2",
+        lambda cpu: cpu.capability.startswith("AVX") and fbgemm_available(),
+        "int8",
+        "AVX2 without VNNI (int8 by fbgemm), 2 threads, quiet: int8 beam 4 1.95x, greedy 2.58x "
+        "float32's speed; bfloat16 refused (several times slower than float32)",
+    ),
+    CpuClass(
+        "other",
+        lambda cpu: True,
+        "float32",
+        "no fast int8 kernel and no native bfloat16 (not measured: float32 is the one fast path)",
+    ),
 )
 
 
@@ -137,8 +182,9 @@ def cpu_class(features: CpuFeatures | None = None) -> CpuClass:
 
 
 def fastest_precision(device: str = "cpu", features: CpuFeatures | None = None) -> str:
-    """The precision (a key of PRECISIONS) measured fastest for decoding on `device`: on a CPU, its class's entry in
-    `CPU_CLASSES`; on a GPU bfloat16 where it has bfloat16 (int8 is a CPU route), else float32."""
+    """The precision (a key of PRECISIONS) measured fastest for decoding on `device`: on a CPU, its
+    class's entry in `CPU_CLASSES`; on a GPU bfloat16 where it has bfloat16 (int8 is a CPU route),
+    else float32."""
     if device == "cpu":
         return cpu_class(features).fastest
     if device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
@@ -151,21 +197,26 @@ def precision_settings(precision: str, device: str = "cpu") -> tuple[str, str]:
     if precision == AUTO:
         precision = fastest_precision(device)
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be {AUTO} or one of {', '.join(PRECISIONS)}, got {precision!r}.")
+        raise ValueError(
+            f"precision must be {AUTO} or one of {', '.join(PRECISIONS)}, got {precision!r}."
+        )
     return PRECISIONS[precision]
 
 
 def int8_route(features: CpuFeatures | None = None) -> str:
-    """The int8 GEMM that is fast on this CPU: "int_mm" (torch._int_mm, per-token activation scales) with VNNI or
-    AMX, else "fbgemm" (PyTorch's fbgemm int8 linear; int8 multiply-adds with AVX2/AVX-512, one activation scale
-    per call), where torch._int_mm falls back to a path tens of times slower than float32."""
+    """The int8 GEMM that is fast on this CPU: "int_mm" (torch._int_mm, per-token activation scales)
+    with VNNI or AMX, else "fbgemm" (PyTorch's fbgemm int8 linear; int8 multiply-adds with
+    AVX2/AVX-512, one activation scale per call), where torch._int_mm falls back to a path tens of
+    times slower than float32."""
     features = features or cpu_features()
     if features.int8_dot_products:
         return "int_mm"
     if fbgemm_available():
         return "fbgemm"
-    raise ValueError(f"int8 would be slower than float32 on this CPU ({features.describe()}): it has no int8 "
-                     "dot-product instructions and PyTorch has no fbgemm kernels here. Decode in float32.")
+    raise ValueError(
+        f"int8 would be slower than float32 on this CPU ({features.describe()}): it has no int8 "
+        "dot-product instructions and PyTorch has no fbgemm kernels here. Decode in float32."
+    )
 
 
 def fbgemm_available() -> bool:
@@ -173,9 +224,14 @@ def fbgemm_available() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines
 
 
-def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32", quantize: str = "none",
-                          quantize_output_projection: bool = True, allow_slow: bool = False,
-                          precision: str | None = None) -> nn.Module:
+def prepare_for_inference(
+    model: nn.Module,
+    dtype: str | torch.dtype = "float32",
+    quantize: str = "none",
+    quantize_output_projection: bool = True,
+    allow_slow: bool = False,
+    precision: str | None = None,
+) -> nn.Module:
     """Cast `model` to `dtype` ("float32", "bfloat16" or a torch dtype) and with quantize="int8"
     quantise every `nn.Linear` by the route fast on this CPU (`int8_route`), in place, in eval mode;
     returns it. bfloat16 on a CPU without native bfloat16 is refused (several times slower than
@@ -185,12 +241,16 @@ def prepare_for_inference(model: nn.Module, dtype: str | torch.dtype = "float32"
     device = next(model.parameters()).device.type
     if precision is not None:
         if (torch_dtype(dtype), quantize) != (torch.float32, "none"):
-            raise ValueError(f"precision={precision!r} sets the dtype and the quantisation itself: leave out dtype "
-                             f"and quantize (got dtype={dtype!r}, quantize={quantize!r}).")
+            raise ValueError(
+                f"precision={precision!r} sets the dtype and the quantisation itself: leave out "
+                f"dtype and quantize (got dtype={dtype!r}, quantize={quantize!r})."
+            )
         dtype, quantize = precision_settings(precision, device)
     check_precision(dtype, quantize, device, allow_slow)
     if has_quantized_projections(model):
-        raise ValueError("The model is already quantised: prepare a freshly loaded model (float32 or bfloat16).")
+        raise ValueError(
+            "The model is already quantised: prepare a freshly loaded model (float32 or bfloat16)."
+        )
     model.eval()
     model.to(torch_dtype(dtype))
     if quantize == "int8":
@@ -205,9 +265,12 @@ def precision_name(dtype: str | torch.dtype, quantize: str) -> str:
     return next(name for name, settings in PRECISIONS.items() if settings == (dtype, quantize))
 
 
-def check_precision(dtype: str | torch.dtype, quantize: str, device: str = "cpu", allow_slow: bool = False) -> None:
-    """A one-line ValueError for an unknown dtype or quantisation, or for one that would be slower than float32 on
-    this CPU (bfloat16 without native bfloat16, unless `allow_slow`; int8 without a fast int8 kernel)."""
+def check_precision(
+    dtype: str | torch.dtype, quantize: str, device: str = "cpu", allow_slow: bool = False
+) -> None:
+    """A one-line ValueError for an unknown dtype or quantisation, or for one that would be slower
+    than float32 on this CPU (bfloat16 without native bfloat16, unless `allow_slow`; int8 without a
+    fast int8 kernel)."""
     dtype = torch_dtype(dtype)
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZATIONS)}, got {quantize!r}.")
@@ -215,27 +278,34 @@ def check_precision(dtype: str | torch.dtype, quantize: str, device: str = "cpu"
         return
     features = cpu_features()
     if dtype == torch.bfloat16 and not features.native_bfloat16 and not allow_slow:
-        raise ValueError(f"bfloat16 would decode several times slower than float32 on this CPU ({features.describe()}; "
-                         "bfloat16 is fast only with AVX-512 BF16 or AMX). Use float32, or int8 (quantize='int8', "
-                         "--quantize int8), which is fast here.")
+        raise ValueError(
+            "bfloat16 would decode several times slower than float32 on this CPU ("
+            f"{features.describe()}; "
+            "bfloat16 is fast only with AVX-512 BF16 or AMX). Use float32, or int8 "
+            "(quantize='int8', "
+            "--quantize int8), which is fast here."
+        )
     if quantize == "int8":
         int8_route(features)
 
 
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """The torch dtype that `dtype` names: "bfloat16" and torch.bfloat16 alike (scripts pass names, PyTorch code
-    passes dtypes)."""
+    """The torch dtype that `dtype` names: "bfloat16" and torch.bfloat16 alike (scripts pass names,
+    PyTorch code passes dtypes)."""
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
         return dtype
     if isinstance(dtype, str) and dtype in DTYPES:
         return DTYPES[dtype]
-    raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (as a name or as torch.{'/torch.'.join(DTYPES)}), "
-                     f"got {dtype!r}.")
+    raise ValueError(
+        f"dtype must be one of {', '.join(DTYPES)} (as a name or as torch."
+        f"{'/torch.'.join(DTYPES)}), got {dtype!r}."
+    )
 
 
 class Int8Projection:
-    """The forward of an `nn.Linear` whose weight is int8 (`weight_scale` per output row), mixed in before the
-    module's own class by `quantize_int8` on CPUs with int8 dot products (the "int_mm" route):
+    """The forward of an `nn.Linear` whose weight is int8 (`weight_scale` per output row), mixed in
+    before the module's own class by `quantize_int8` on CPUs with int8 dot products (the
+    "int_mm" route):
 
         s_x = max|x_t| / r   (per token; r = 127, or 63 without VNNI)     x_q = round(x / s_x)
         y   = (x_q @ W_q^T) * s_W * s_x + b                     (int32 product, rescaled)
@@ -243,9 +313,13 @@ class Int8Projection:
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         rows = input.reshape(-1, self.in_features)  # (N, in)
-        scale = rows.abs().amax(dim=1, keepdim=True).float().clamp_(min=SMALLEST_SCALE) / self.activation_range  # (N, 1)
+        scale = (
+            rows.abs().amax(dim=1, keepdim=True).float().clamp_(min=SMALLEST_SCALE)
+            / self.activation_range
+        )  # (N, 1)
         quantized = (rows / scale).round_().to(torch.int8)  # (N, in)
-        # The int32 product is rescaled into a float32 tensor in one pass (int32 * float32 promotes to float32).
+        # The int32 product is rescaled into a float32 tensor in one pass (int32 * float32 promotes
+        # to float32).
         output = torch.mul(torch._int_mm(quantized, self.weight.t()), self.weight_scale)  # (N, out)
         return rescaled(output, scale, self.bias).to(input.dtype).unflatten(0, input.shape[:-1])
 
@@ -264,28 +338,38 @@ class FbgemmInt8Projection(Int8Projection):
         rows = input.reshape(-1, self.in_features).float()  # (N, in)
         scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=SMALLEST_SCALE)  # (N, 1)
         if torch.compiler.is_compiling():  # the custom operator costs ~35 us a call in eager mode
-            output = fbgemm_unit_range_linear(rows / scale, self.packed_weight_key, self.out_features)
+            output = fbgemm_unit_range_linear(
+                rows / scale, self.packed_weight_key, self.out_features
+            )
         else:
             output = fbgemm_product(rows / scale, self.packed_weight)  # (N, out), float32
         return rescaled(output, scale, self.bias).to(input.dtype).unflatten(0, input.shape[:-1])
 
 
 @torch.library.custom_op(f"{OPERATOR_NAMESPACE}::fbgemm_unit_range_linear", mutates_args=())
-def fbgemm_unit_range_linear(rows: torch.Tensor, packed_weight_key: int, out_features: int) -> torch.Tensor:
+def fbgemm_unit_range_linear(
+    rows: torch.Tensor, packed_weight_key: int, out_features: int
+) -> torch.Tensor:
     """fbgemm's product of `rows` (N, in), each in [-1, 1], with the packed weight registered under
-    `packed_weight_key` (`register_packed_weights`): (N, out_features) float32, as `FbgemmInt8Projection` computes it
-    in eager mode. An operator of its own so that torch.compile keeps the product whole."""
+    `packed_weight_key` (`register_packed_weights`): (N, out_features) float32, as
+    `FbgemmInt8Projection` computes it in eager mode. An operator of its own so that torch.compile
+    keeps the product whole."""
     packed_weight = PACKED_WEIGHTS.get(packed_weight_key)
     if packed_weight is None:
-        raise RuntimeError("An int8 projection's packed weight is not registered (the model was copied after "
-                           "quantisation?): call modeling_dwlstm.precision.register_packed_weights(model) before "
-                           "compiling it.")
+        raise RuntimeError(
+            "An int8 projection's packed weight is not registered (the model was copied after "
+            "quantisation?): call modeling_dwlstm.precision.register_packed_weights(model) before "
+            "compiling it."
+        )
     return fbgemm_product(rows, packed_weight)
 
 
 def fbgemm_product(rows: torch.Tensor, packed_weight) -> torch.Tensor:
-    """fbgemm's int8 product of `rows` in [-1, 1] (quantised by `UNIT_RANGE_QUANTIZATION`) with `packed_weight`."""
-    return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(rows, *UNIT_RANGE_QUANTIZATION, packed_weight)
+    """fbgemm's int8 product of `rows` in [-1, 1] (quantised by `UNIT_RANGE_QUANTIZATION`) with
+    `packed_weight`."""
+    return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+        rows, *UNIT_RANGE_QUANTIZATION, packed_weight
+    )
 
 
 @fbgemm_unit_range_linear.register_fake
@@ -303,8 +387,8 @@ def register_packed_weights(model: nn.Module) -> None:
 
 
 def rescaled(output: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """output * scale + bias in one pass (`torch.addcmul`), in place in `output` unless the bias is being trained
-    (autograd does not follow out=): the same numbers either way."""
+    """output * scale + bias in one pass (`torch.addcmul`), in place in `output` unless the bias is
+    being trained (autograd does not follow out=): the same numbers either way."""
     if bias is None:
         return output.mul_(scale)
     if bias.requires_grad and torch.is_grad_enabled():
@@ -314,13 +398,16 @@ def rescaled(output: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | Non
 
 @functools.cache
 def int8_class(linear_class: type, route: str) -> type:
-    """`linear_class` with the route's forward (Int8Linear, Int8FusedLinear, Int8DepthWiseLstmGates, ...)."""
+    """`linear_class` with the route's forward (Int8Linear, Int8FusedLinear,
+    Int8DepthWiseLstmGates, ...)."""
     mixin = FbgemmInt8Projection if route == "fbgemm" else Int8Projection
     prefix = "FbgemmInt8" if route == "fbgemm" else "Int8"
     return type(f"{prefix}{linear_class.__name__}", (mixin, linear_class), {})
 
 
-def quantize_int8(model: nn.Module, output_projection: bool = True, route: str | None = None) -> nn.Module:
+def quantize_int8(
+    model: nn.Module, output_projection: bool = True, route: str | None = None
+) -> nn.Module:
     """W8A8 dynamic quantisation of every `nn.Linear` of `model` (`lm_head` only when
     `output_projection`), in place, by `route` ("int_mm" or "fbgemm"; default: `int8_route()`, the
     fast one on this CPU)."""
@@ -329,7 +416,8 @@ def quantize_int8(model: nn.Module, output_projection: bool = True, route: str |
     route = route or int8_route()
     if route not in INT8_ROUTES:
         raise ValueError(f"route must be one of {', '.join(INT8_ROUTES)}, got {route!r}.")
-    activation_range = 127 if cpu_has_vnni() else 63  # u8 x s8 pair sums must not saturate int16 without VNNI
+    # u8 x s8 pair sums must not saturate int16 without VNNI
+    activation_range = 127 if cpu_has_vnni() else 63
     for name, module in model.named_modules():  # each module once, shared ones included
         if isinstance(module, nn.Linear) and (output_projection or name != OUTPUT_PROJECTION):
             weight = module.weight.detach().float()  # (out, in)
@@ -337,7 +425,8 @@ def quantize_int8(model: nn.Module, output_projection: bool = True, route: str |
             quantized = (weight / scale[:, None]).round().to(torch.int8)
             if route == "fbgemm":
                 module.packed_weight = _fbgemm_pack(quantized, scale)
-            # A new parameter: a tied output projection unties, the embedding keeps its float weights.
+            # A new parameter: a tied output projection unties, the embedding keeps its float
+            # weights.
             module.weight = nn.Parameter(quantized, requires_grad=False)
             module.register_buffer("weight_scale", scale, persistent=False)
             module.activation_range = activation_range
@@ -348,10 +437,14 @@ def quantize_int8(model: nn.Module, output_projection: bool = True, route: str |
 
 
 def _fbgemm_pack(quantized: torch.Tensor, scale: torch.Tensor):
-    """fbgemm's packed weight (per-row scales, zero points 0), without the bias (added after the rescaling)."""
-    with warnings.catch_warnings():  # PyTorch marks its quantised tensor type deprecated; fbgemm's op still takes it
+    """fbgemm's packed weight (per-row scales, zero points 0), without the bias (added after the
+    rescaling)."""
+    # PyTorch marks its quantised tensor type deprecated; fbgemm's op still takes it
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        weight = torch._make_per_channel_quantized_tensor(quantized, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0)
+        weight = torch._make_per_channel_quantized_tensor(
+            quantized, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0
+        )
         return torch.ops.quantized.linear_prepack(weight, None)
 
 
@@ -361,15 +454,24 @@ def output_rows(linear: nn.Linear, rows: torch.Tensor) -> nn.Linear:
     (exactly for int8, to rounding for float). Anything else (a LoRA wrapper, another library's
     quantised weight) is refused with a ValueError."""
     kind = type(linear)
-    if kind is not nn.Linear and kind not in {int8_class(nn.Linear, route) for route in INT8_ROUTES}:
-        raise ValueError(f"Only an nn.Linear (float or int8 from quantize_int8) can be restricted to output rows, "
-                         f"not {kind.__name__}.")
+    if kind is not nn.Linear and kind not in {
+        int8_class(nn.Linear, route) for route in INT8_ROUTES
+    }:
+        raise ValueError(
+            "Only an nn.Linear (float or int8 from quantize_int8) can be restricted to output "
+            f"rows, not {kind.__name__}."
+        )
     rows = rows.to(linear.weight.device)
     restricted = kind.__new__(kind)
     nn.Module.__init__(restricted)
     restricted.in_features, restricted.out_features = linear.in_features, len(rows)
-    restricted.weight = nn.Parameter(linear.weight.detach()[rows], requires_grad=False)  # (rows, in)
-    bias = None if linear.bias is None else nn.Parameter(linear.bias.detach()[rows], requires_grad=False)
+    # (rows, in)
+    restricted.weight = nn.Parameter(linear.weight.detach()[rows], requires_grad=False)
+    bias = (
+        None
+        if linear.bias is None
+        else nn.Parameter(linear.bias.detach()[rows], requires_grad=False)
+    )
     restricted.register_parameter("bias", bias)
     if isinstance(linear, Int8Projection):
         restricted.register_buffer("weight_scale", linear.weight_scale[rows], persistent=False)
@@ -386,13 +488,14 @@ def cpu_has_vnni() -> bool:
 
 
 def linear_modules(model: nn.Module) -> list[nn.Linear]:
-    """Every projection of `model`: its `nn.Linear` modules, subclasses included (each shared module once)."""
+    """Every projection of `model`: its `nn.Linear` modules, subclasses included (each shared
+    module once)."""
     return [module for module in model.modules() if isinstance(module, nn.Linear)]
 
 
 def is_quantized(module: nn.Linear) -> bool:
-    """Whether `module` computes in int8 (`quantize_int8`) or its weight is another library's quantised tensor (a
-    weight split over processes by FSDP, a DTensor, holds floats)."""
+    """Whether `module` computes in int8 (`quantize_int8`) or its weight is another library's
+    quantised tensor (a weight split over processes by FSDP, a DTensor, holds floats)."""
     if isinstance(module, Int8Projection):
         return True
     return type(module.weight) not in (nn.Parameter, torch.Tensor) and not is_sharded(module.weight)
@@ -412,9 +515,31 @@ def is_sharded(tensor: torch.Tensor) -> bool:
     return isinstance(tensor, DTensor)
 
 
-__all__ = ["AUTO", "CPU_CLASSES", "DTYPES", "INT8_ROUTES", "PRECISIONS", "QUANTIZATIONS", "CpuClass", "CpuFeatures",
-           "FbgemmInt8Projection", "Int8Projection", "cpu_class", "fastest_precision", "precision_name",
-           "precision_settings",
-           "check_precision", "cpu_features", "cpu_has_vnni", "cpuinfo", "int8_route",
-           "prepare_for_inference", "quantize_int8", "linear_modules", "is_quantized", "output_rows",
-           "torch_dtype", "has_quantized_projections"]
+__all__ = [
+    "AUTO",
+    "CPU_CLASSES",
+    "DTYPES",
+    "INT8_ROUTES",
+    "PRECISIONS",
+    "QUANTIZATIONS",
+    "CpuClass",
+    "CpuFeatures",
+    "FbgemmInt8Projection",
+    "Int8Projection",
+    "cpu_class",
+    "fastest_precision",
+    "precision_name",
+    "precision_settings",
+    "check_precision",
+    "cpu_features",
+    "cpu_has_vnni",
+    "cpuinfo",
+    "int8_route",
+    "prepare_for_inference",
+    "quantize_int8",
+    "linear_modules",
+    "is_quantized",
+    "output_rows",
+    "torch_dtype",
+    "has_quantized_projections",
+]

@@ -17,13 +17,23 @@ trains such a tokenizer with `tokenizers` and wraps it as a `PreTrainedTokenizer
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 from transformers import PreTrainedTokenizerFast
 
 from .configuration_translation import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"
-SPECIAL_TOKENS = tuple(token for _, token in sorted({BOS_ID: BOS, PAD_ID: PAD, EOS_ID: EOS, UNK_ID: UNK}.items()))  # position = id
+SPECIAL_TOKENS = tuple(
+    token for _, token in sorted({BOS_ID: BOS, PAD_ID: PAD, EOS_ID: EOS, UNK_ID: UNK}.items())
+)  # position = id
 LANGUAGE_TAG = re.compile(r"<2[a-z]{2,3}(?:_[A-Za-z0-9]+)*>")  # <2de>, <2yue>, <2zh_Hant>
 
 
@@ -38,32 +48,44 @@ def train_joint_bpe_tokenizer(
 
     `texts` holds the sentences of both languages (of all languages for a multilingual model), one
     per item; it is read once, so a generator over a large corpus works. `language_tags` (e.g.
-    ``["<2de>", "<2en>"]``) get the ids 4, 5, ... in that order. Pairs seen fewer than `min_frequency`
-    times are not merged, so a small corpus may give fewer than `vocab_size` tokens: build the model
-    from `tokenizer_model_kwargs`. `model_max_length` should match the model's `max_position_embeddings`.
+    ``["<2de>", "<2en>"]``) get the ids 4, 5, ... in that order. Pairs seen fewer than
+    `min_frequency` times are not merged, so a small corpus may give fewer than `vocab_size` tokens:
+    build the model from `tokenizer_model_kwargs`. `model_max_length` should match the model's
+    `max_position_embeddings`.
     """
     language_tags = _check_language_tags(language_tags)
     special_tokens = [*SPECIAL_TOKENS, *language_tags]
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= len(special_tokens):
+    if (
+        isinstance(vocab_size, bool)
+        or not isinstance(vocab_size, int)
+        or vocab_size <= len(special_tokens)
+    ):
         raise ValueError(
-            f"`vocab_size` must be an integer larger than the {len(special_tokens)} special tokens, got {vocab_size!r}."
+            f"`vocab_size` must be an integer larger than the {len(special_tokens)} special "
+            f"tokens, got {vocab_size!r}."
         )
     tokenizer = _untrained_tokenizer()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special_tokens, show_progress=False
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=special_tokens,
+        show_progress=False,
     )
     counter = _SentenceCounter(texts)
     tokenizer.train_from_iterator(counter, trainer=trainer)
     if counter.sentences == 0:
         raise ValueError("The training corpus is empty: `texts` holds no non-blank sentence.")
-    if tokenizer.get_vocab_size() > vocab_size:  # BPE keeps every character even when the budget is exceeded
+    # BPE keeps every character even when the budget is exceeded
+    if tokenizer.get_vocab_size() > vocab_size:
         raise ValueError(
-            f"`vocab_size`={vocab_size} is too small: the {len(special_tokens)} special tokens and the "
-            f"{tokenizer.get_vocab_size() - len(special_tokens)} characters of the corpus alone take "
-            f"{tokenizer.get_vocab_size()} ids, before any merge."
+            f"`vocab_size`={vocab_size} is too small: the {len(special_tokens)} special tokens "
+            f"and the {tokenizer.get_vocab_size() - len(special_tokens)} characters of the "
+            f"corpus alone take {tokenizer.get_vocab_size()} ids, before any merge."
         )
     tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}", special_tokens=[(EOS, tokenizer.token_to_id(EOS))]
+        single=f"$A {EOS}",
+        pair=f"$A {EOS} $B {EOS}",
+        special_tokens=[(EOS, tokenizer.token_to_id(EOS))],
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
@@ -77,10 +99,12 @@ def train_joint_bpe_tokenizer(
 
 
 def tokenizer_model_kwargs(tokenizer: PreTrainedTokenizerFast) -> dict:
-    """Config kwargs that make a model match `tokenizer`: `DwLstmConfig(**tokenizer_model_kwargs(tok), ...)`.
+    """Config kwargs that make a model match `tokenizer`:
+    `DwLstmConfig(**tokenizer_model_kwargs(tok), ...)`.
 
-    The decoder starts from the pad id, as the model config and Marian do. `language_tag_ids` names the token id
-    of every `<2xx>` tag the tokenizer reserves (a language-aware model reads the target language from it).
+    The decoder starts from the pad id, as the model config and Marian do. `language_tag_ids` names
+    the token id of every `<2xx>` tag the tokenizer reserves (a language-aware model reads the
+    target language from it).
     """
     return {
         "vocab_size": len(tokenizer),
@@ -93,14 +117,19 @@ def tokenizer_model_kwargs(tokenizer: PreTrainedTokenizerFast) -> dict:
 
 
 def language_tag_ids(tokenizer) -> dict[str, int]:
-    """{"de": id of "<2de>", ...} for every language tag the tokenizer reserves, by language code."""
-    tags = {token: token_id for token, token_id in tokenizer.get_vocab().items() if LANGUAGE_TAG.fullmatch(token)}
+    """{"de": id of "<2de>", ...} for every language tag the tokenizer reserves, by language
+    code."""
+    tags = {
+        token: token_id
+        for token, token_id in tokenizer.get_vocab().items()
+        if LANGUAGE_TAG.fullmatch(token)
+    }
     return {token[2:-1]: token_id for token, token_id in sorted(tags.items())}
 
 
 def _untrained_tokenizer() -> Tokenizer:
-    """A BPE over NFC-normalized text whose pre-tokenization keeps the spacing recoverable (see the module
-    docstring)."""
+    """A BPE over NFC-normalized text whose pre-tokenization keeps the spacing recoverable (see the
+    module docstring)."""
     tokenizer = Tokenizer(models.BPE(unk_token=UNK))
     tokenizer.normalizer = normalizers.NFC()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
@@ -111,13 +140,19 @@ def _untrained_tokenizer() -> Tokenizer:
 
 
 def _check_language_tags(language_tags: Sequence[str]) -> list[str]:
-    """Tags look like <2xx>; a typo such as "2de" or "<de>" would otherwise become an ordinary token."""
+    """Tags look like <2xx>; a typo such as "2de" or "<de>" would otherwise become an
+    ordinary token."""
     if isinstance(language_tags, str):
-        raise ValueError(f"`language_tags` must be a list of tags such as ['<2de>'], not a string: {language_tags!r}.")
+        raise ValueError(
+            "`language_tags` must be a list of tags such as ['<2de>'], not a string: "
+            f"{language_tags!r}."
+        )
     language_tags = list(language_tags)
     for tag in language_tags:
         if not isinstance(tag, str) or not LANGUAGE_TAG.fullmatch(tag):
-            raise ValueError(f"Language tags look like '<2de>' (a '<2', a language code, a '>'), got {tag!r}.")
+            raise ValueError(
+                f"Language tags look like '<2de>' (a '<2', a language code, a '>'), got {tag!r}."
+            )
     duplicates = sorted({tag for tag in language_tags if language_tags.count(tag) > 1})
     if duplicates:
         raise ValueError(f"Language tags must be unique, got {duplicates} more than once.")
@@ -144,8 +179,10 @@ class _SentenceCounter:
 
 
 def normalizes_unicode(tokenizer) -> bool:
-    """Whether `tokenizer` (a fast tokenizer) composes its input (Unicode NFC or NFKC) before tokenizing: those of
-    `train_joint_bpe_tokenizer` do since NFC was added; those saved before do not."""
+    """Whether `tokenizer` (a fast tokenizer) composes its input (Unicode NFC or NFKC) before
+    tokenizing: those of `train_joint_bpe_tokenizer` do since NFC was added; those saved before
+    do not."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     normalizer = backend.normalizer if backend is not None else None
-    return normalizer is not None and normalizer.normalize_str("u\u0308") == "\u00fc"  # u + diaeresis -> ü
+    # u + diaeresis -> ü
+    return normalizer is not None and normalizer.normalize_str("u\u0308") == "\u00fc"

@@ -1,19 +1,21 @@
-"""Batches by token count, as NMT toolkits build them (fairseq's `--max-tokens`, Vaswani et al. §5.1).
+"""Batches by token count, as NMT toolkits build them (fairseq's `--max-tokens`, Vaswani et
+al. §5.1).
 
 A batch of sentence pairs costs memory and compute in proportion to its *padded* size: the number of
 pairs times the length of the longest one. Batching by a fixed number of sentences wastes most of a
 batch on padding when lengths vary, and makes the number of tokens per update (what the papers fix,
 ~25k target tokens) fluctuate. So, like fairseq:
 
-1. Pairs are sorted by length (target length, then source length; ties broken by a permutation fixed by
-   the seed, so that neighbouring lines of a document do not always land in the same batch).
+1. Pairs are sorted by length (target length, then source length; ties broken by a permutation fixed
+   by the seed, so that neighbouring lines of a document do not always land in the same batch).
 2. Consecutive pairs are packed greedily while ``pairs x longest side <= max_tokens``.
 3. The batches are fixed for the whole run; their *order* is shuffled every epoch (seeded by
    ``seed + epoch``), so every rank and every resumed run sees the same sequence, and the number of
    batches per epoch (which the Trainer's step counting and resuming rely on) never changes.
 4. Under several processes every rank draws the same global order and takes batches ``rank, rank +
-   world_size, ...``: disjoint, and equally many per rank (the largest batches are halved until the count
-   divides the world size, so no pair is dropped or repeated and no rank waits for a missing step).
+   world_size, ...``: disjoint, and equally many per rank (the largest batches are halved until the
+   count divides the world size, so no pair is dropped or repeated and no rank waits for a
+   missing step).
 """
 
 from collections.abc import Iterator, Sequence
@@ -23,7 +25,8 @@ from torch.utils.data import Sampler
 
 
 class TokenBatchSampler(Sampler[list[int]]):
-    """Yield lists of dataset indices whose padded size (pairs x longest side) stays within `max_tokens`.
+    """Yield lists of dataset indices whose padded size (pairs x longest side) stays within
+    `max_tokens`.
 
     Args:
         source_lengths / target_lengths: token count of each pair's source and target (same length).
@@ -46,7 +49,10 @@ class TokenBatchSampler(Sampler[list[int]]):
         shuffle: bool = True,
     ):
         if len(source_lengths) != len(target_lengths):
-            raise ValueError(f"Got {len(source_lengths)} source lengths but {len(target_lengths)} target lengths.")
+            raise ValueError(
+                f"Got {len(source_lengths)} source lengths but {len(target_lengths)} target "
+                "lengths."
+            )
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"`max_tokens` must be a positive integer, got {max_tokens!r}.")
         if not 0 <= rank < num_replicas:
@@ -61,10 +67,13 @@ class TokenBatchSampler(Sampler[list[int]]):
         longest = int(sizes.max()) if len(sizes) else 0
         if longest > max_tokens:
             raise ValueError(
-                f"A pair has {longest} tokens on one side, more than `max_tokens`={max_tokens}: raise `max_tokens` "
+                f"A pair has {longest} tokens on one side, more than `max_tokens`={max_tokens}: "
+                "raise `max_tokens` "
                 "or drop long pairs first (`max_length`, 256 subword tokens by default)."
             )
-        order = _length_order(torch.as_tensor(source_lengths), torch.as_tensor(target_lengths), seed)
+        order = _length_order(
+            torch.as_tensor(source_lengths), torch.as_tensor(target_lengths), seed
+        )
         batches = pack_by_tokens(order.tolist(), sizes.tolist(), max_tokens)
         self.batches = split_to_multiple(batches, num_replicas)
 
@@ -85,7 +94,8 @@ class TokenBatchSampler(Sampler[list[int]]):
 
 
 def pack_by_tokens(order: Sequence[int], sizes: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Greedily cut `order` into consecutive batches with ``len(batch) * max(sizes in batch) <= max_tokens``."""
+    """Greedily cut `order` into consecutive batches with ``len(batch) * max(sizes in batch) <=
+    max_tokens``."""
     batches, batch, longest = [], [], 0
     for index in order:
         if batch and (len(batch) + 1) * max(longest, sizes[index]) > max_tokens:
@@ -99,14 +109,15 @@ def pack_by_tokens(order: Sequence[int], sizes: Sequence[int], max_tokens: int) 
 
 
 def split_to_multiple(batches: list[list[int]], multiple: int) -> list[list[int]]:
-    """Halve the largest batches until their count is a multiple of `multiple` (every rank gets as many)."""
+    """Halve the largest batches until their count is a multiple of `multiple` (every rank gets
+    as many)."""
     batches = list(batches)
     while len(batches) % multiple:
         largest = max(range(len(batches)), key=lambda position: len(batches[position]))
         if len(batches[largest]) < 2:
             raise ValueError(
-                f"Cannot give each of {multiple} processes the same number of batches: the data has only "
-                f"{sum(map(len, batches))} pairs. Use more data or fewer processes."
+                f"Cannot give each of {multiple} processes the same number of batches: the data "
+                f"has only {sum(map(len, batches))} pairs. Use more data or fewer processes."
             )
         batch = batches.pop(largest)
         half = len(batch) // 2
@@ -114,7 +125,9 @@ def split_to_multiple(batches: list[list[int]], multiple: int) -> list[list[int]
     return batches
 
 
-def _length_order(source_lengths: torch.Tensor, target_lengths: torch.Tensor, seed: int) -> torch.Tensor:
+def _length_order(
+    source_lengths: torch.Tensor, target_lengths: torch.Tensor, seed: int
+) -> torch.Tensor:
     """Indices sorted by (target length, source length), ties in a seeded random order."""
     order = torch.randperm(len(source_lengths), generator=torch.Generator().manual_seed(seed))
     order = order[torch.sort(source_lengths[order], stable=True).indices]

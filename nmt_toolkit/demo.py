@@ -27,8 +27,8 @@ UNNAMED_DIRECTION = "as trained"  # a model whose config lists no language_pairs
 
 @dataclass
 class Directions:
-    """What the page offers: a bilingual model's pairs ("en-de"), or a multilingual model's sources and
-    targets."""
+    """What the page offers: a bilingual model's pairs ("en-de"), or a multilingual model's sources
+    and targets."""
 
     pairs: list[str]
     sources: list[str]
@@ -40,8 +40,8 @@ class Directions:
 
 
 def model_directions(model, tokenizer) -> Directions:
-    """The directions of a loaded model: with `<2xx>` tags for two targets or more, every language of
-    its pairs and tags as a source and every tag as a target; otherwise its config's
+    """The directions of a loaded model: with `<2xx>` tags for two targets or more, every language
+    of its pairs and tags as a source and every tag as a target; otherwise its config's
     `language_pairs` (none listed: one unnamed direction)."""
     pairs = list(getattr(model.config, "language_pairs", None) or [])
     tagged = tagged_languages(tokenizer)
@@ -61,7 +61,9 @@ class DemoTranslator:
         self.directions = model_directions(model, tokenizer)
         self.pipeline = pipeline("translation", model=model, tokenizer=tokenizer)
 
-    def translate(self, text: str, source: str | None, target: str | None, num_beams: int) -> tuple[str, float]:
+    def translate(
+        self, text: str, source: str | None, target: str | None, num_beams: int
+    ) -> tuple[str, float]:
         """The translation of `text` and the seconds it took; a ValueError (the pipeline's) for what
         the model refuses."""
         if not 1 <= int(num_beams) <= MAX_BEAMS:
@@ -74,7 +76,9 @@ class DemoTranslator:
     def translate_direction(self, text: str, direction: str, num_beams: int) -> tuple[str, float]:
         """`translate` for a bilingual model's direction, "en-de" (or `UNNAMED_DIRECTION`: no
         languages)."""
-        source, _, target = ("", "", "") if direction == UNNAMED_DIRECTION else direction.partition("-")
+        source, _, target = (
+            ("", "", "") if direction == UNNAMED_DIRECTION else direction.partition("-")
+        )
         return self.translate(text, source, target, num_beams)
 
 
@@ -103,16 +107,37 @@ def build_demo(model_name_or_path: str, trust_remote_code: bool = False):
         text = gr.Textbox(label="Text", lines=3, elem_id="source-text")
         with gr.Row():
             if directions.multilingual:
-                boxes = [gr.Dropdown(directions.sources, value=directions.sources[0], label="Source language",
-                                     allow_custom_value=True, elem_id="source-lang"),
-                         gr.Dropdown(directions.targets, value=directions.targets[0], label="Target language",
-                                     allow_custom_value=True, elem_id="target-lang")]
+                boxes = [
+                    gr.Dropdown(
+                        directions.sources,
+                        value=directions.sources[0],
+                        label="Source language",
+                        allow_custom_value=True,
+                        elem_id="source-lang",
+                    ),
+                    gr.Dropdown(
+                        directions.targets,
+                        value=directions.targets[0],
+                        label="Target language",
+                        allow_custom_value=True,
+                        elem_id="target-lang",
+                    ),
+                ]
             else:
-                boxes = [gr.Dropdown(directions.pairs, value=directions.pairs[0], label="Direction",
-                                     allow_custom_value=True, elem_id="direction")]
+                boxes = [
+                    gr.Dropdown(
+                        directions.pairs,
+                        value=directions.pairs[0],
+                        label="Direction",
+                        allow_custom_value=True,
+                        elem_id="direction",
+                    )
+                ]
             beams = gr.Slider(1, MAX_BEAMS, value=4, step=1, label="Beam size", elem_id="beams")
         button = gr.Button("Translate", variant="primary", elem_id="translate")
-        translation = gr.Textbox(label="Translation", lines=3, interactive=False, elem_id="translation")
+        translation = gr.Textbox(
+            label="Translation", lines=3, interactive=False, elem_id="translation"
+        )
         seconds = gr.Textbox(label="Time", interactive=False, elem_id="seconds")
         button.click(translate, [text, *boxes, beams], [translation, seconds], api_name="translate")
     return demo

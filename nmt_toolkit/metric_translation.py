@@ -1,19 +1,23 @@
-"""The project's translation metrics as an `evaluate` module: sacreBLEU with its signature, the papers'
-tokenized case-sensitive BLEU, and chrF.
+"""The project's translation metrics as an `evaluate` module: sacreBLEU with its signature, the
+papers' tokenized case-sensitive BLEU, and chrF.
 
-Load it with `evaluate.load(path)`, where `path` is this file (`nmt_toolkit.metrics.translation_metric_path()`
-gives it) or a metric Space it was pushed to; `nmt_toolkit.metrics.load_translation_metric()` does both
-steps. The numbers come from `nmt_toolkit.evaluation.score_translations`, the function behind
-`scripts/evaluate_translation.py`'s results.json, so the package must be installed where this module runs.
+Load it with `evaluate.load(path)`, where `path` is this file
+(`nmt_toolkit.metrics.translation_metric_path()` gives it) or a metric Space it was pushed to;
+`nmt_toolkit.metrics.load_translation_metric()` does both steps. The numbers come from
+`nmt_toolkit.evaluation.score_translations`, the function behind `scripts/evaluate_translation.py`'s
+results.json, so the package must be installed where this module runs.
 
 Configurations (`evaluate.load(path, config_name)`) select what `compute` returns; see `CONFIGS`.
 """
 
 import datasets
 import evaluate
-import sacrebleu  # noqa: F401  (evaluate checks a script's top-level imports and names what to pip install)
 
-try:  # indented, so that evaluate does not ask pip for "modeling_dwlstm" (not on PyPI under that name)
+# evaluate checks a script's top-level imports and names what to pip install
+import sacrebleu  # noqa: F401
+
+# indented, so that evaluate does not ask pip for "modeling_dwlstm" (not on PyPI under that name)
+try:
     from nmt_toolkit.evaluation import score_off_target, score_translations
 except ImportError as error:
     raise ImportError(
@@ -21,9 +25,10 @@ except ImportError as error:
         "'modeling-dwlstm[metrics]' from its repository) where the metric runs."
     ) from error
 
-# Configuration name -> (scoring function of nmt_toolkit.evaluation, the keys of its result to return;
-# None: all). Each function takes (predictions, references, target_lang) and returns a dict. "off_target"
-# (the share of outputs not in the target language) is the one that needs no references: see `_compute`.
+# Configuration name -> (scoring function of nmt_toolkit.evaluation, the keys of its result to
+# return; None: all). Each function takes (predictions, references, target_lang) and returns a dict.
+# "off_target" (the share of outputs not in the target language) is the one that needs no
+# references: see `_compute`.
 OFF_TARGET = "off_target"
 CONFIGS = {
     "default": (score_translations, None),
@@ -41,7 +46,7 @@ tensor2tensor's get_ende_bleu.sh does), and chrF. Scores are rounded to two deci
 Configurations: "default" (all), "sacrebleu", "tokenized_bleu", "chrf", and "off_target": the share of
 outputs not identified as `target_lang` by py3langid (offline; `languages` restricts the candidates to the
 model's languages, which is more reliable on short sentences), as multilingual evaluation reports it.
-"""
+"""  # noqa: E501
 
 _KWARGS_DESCRIPTION = """
 Args:
@@ -59,7 +64,7 @@ Examples:
     >>> metric = load_translation_metric()
     >>> metric.compute(predictions=["Ein Mann reitet ein Pferd."], references=["Ein Mann reitet ein Pferd."])["sacrebleu"]
     100.0
-"""
+"""  # noqa: E501
 
 _CITATION = """\
 @inproceedings{post-2018-call,
@@ -86,16 +91,19 @@ _CITATION = """\
     pages = "392--395",
     url = "https://aclanthology.org/W15-3049",
 }
-"""
+"""  # noqa: E501
 
 
 class TranslationMetrics(evaluate.Metric):
-    """sacreBLEU with signature, tokenized case-sensitive BLEU and chrF, from `evaluation.score_translations`."""
+    """sacreBLEU with signature, tokenized case-sensitive BLEU and chrF, from
+    `evaluation.score_translations`."""
 
     def _info(self):
         if self.config_name not in CONFIGS:
-            raise ValueError(f"Unknown configuration {self.config_name!r} of the translation metrics; "
-                             f"choose one of {sorted(CONFIGS)}.")
+            raise ValueError(
+                f"Unknown configuration {self.config_name!r} of the translation metrics; "
+                f"choose one of {sorted(CONFIGS)}."
+            )
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
             citation=_CITATION,
@@ -104,21 +112,30 @@ class TranslationMetrics(evaluate.Metric):
                 {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
             ),
             codebase_urls=["https://github.com/mjpost/sacrebleu"],
-            reference_urls=["https://aclanthology.org/W18-6319", "https://aclanthology.org/W15-3049"],
+            reference_urls=[
+                "https://aclanthology.org/W18-6319",
+                "https://aclanthology.org/W15-3049",
+            ],
             license="Apache-2.0",
         )
 
     def add_batch(self, *, predictions=None, references=None, **kwargs):
         """Add a batch of predictions and references, every one checked to be a string.\n"""
-        # evaluate checks only the first item's type; Arrow would turn a later list into the string "['...']".
+        # evaluate checks only the first item's type; Arrow would turn a later list into the string
+        # "['...']".
         for name, texts in (("predictions", predictions), ("references", references)):
-            if texts is not None and (isinstance(texts, str) or not all(isinstance(text, str) for text in texts)):
-                raise ValueError(f"`{name}` must be a list of strings, one sentence each (one reference per "
-                                 f"hypothesis); got {texts!r:.100}")
+            if texts is not None and (
+                isinstance(texts, str) or not all(isinstance(text, str) for text in texts)
+            ):
+                raise ValueError(
+                    f"`{name}` must be a list of strings, one sentence each (one reference per "
+                    f"hypothesis); got {texts!r:.100}"
+                )
         super().add_batch(predictions=predictions, references=references, **kwargs)
 
     def _compute(self, predictions, references, target_lang=None, languages=None):
-        if self.config_name == OFF_TARGET:  # a property of the outputs alone: the references are not read
+        # a property of the outputs alone: the references are not read
+        if self.config_name == OFF_TARGET:
             return score_off_target(list(predictions), target_lang, languages)
         function, keys = CONFIGS[self.config_name]
         scores = function(list(predictions), list(references), target_lang)

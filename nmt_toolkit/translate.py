@@ -59,22 +59,61 @@ JOURNAL_SUFFIX = ".partial"
 class TranslationArguments(DecodingArguments):
     """What the translate command reads from its command line (HfArgumentParser)."""
 
-    input: str = field(default=STANDARD_STREAM, metadata={"help": (
-        "The sentences, one per line (UTF-8, gzip allowed); '-' (the default): standard input.")})
-    output: str = field(default=STANDARD_STREAM, metadata={"help": (
-        "The translations, one per input line; '-' (the default): standard output.")})
+    input: str = field(
+        default=STANDARD_STREAM,
+        metadata={
+            "help": (
+                "The sentences, one per line (UTF-8, gzip allowed); '-' (the default): standard "
+                "input."
+            )
+        },
+    )
+    output: str = field(
+        default=STANDARD_STREAM,
+        metadata={
+            "help": ("The translations, one per input line; '-' (the default): standard output.")
+        },
+    )
     source_lang: str | None = field(default=None, metadata={"help": "Source language, e.g. en."})
-    target_lang: str | None = field(default=None, metadata={"help": (
-        "Target language, e.g. de (a multilingual model needs it, unless each JSON line has one).")})
-    json_lines: bool = field(default=False, metadata={"help": (
-        'Read JSON lines {"text": ..., "src_lang": ..., "tgt_lang": ...} (the languages fall back '
-        "to --source_lang/--target_lang).")})
-    overwrite: bool = field(default=False, metadata={"help": (
-        "Replace an existing --output (refused otherwise).")})
-    resume: bool = field(default=False, metadata={"help": (
-        "Continue an interrupted translation into --output from its last complete batch.")})
-    quiet: bool = field(default=False, metadata={"help": (
-        "No progress bar and no summary on standard error (neither shows when it is no terminal).")})
+    target_lang: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "Target language, e.g. de (a multilingual model needs it, unless each JSON line "
+                "has one)."
+            )
+        },
+    )
+    json_lines: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                'Read JSON lines {"text": ..., "src_lang": ..., "tgt_lang": ...} (the languages '
+                "fall back "
+                "to --source_lang/--target_lang)."
+            )
+        },
+    )
+    overwrite: bool = field(
+        default=False, metadata={"help": ("Replace an existing --output (refused otherwise).")}
+    )
+    resume: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Continue an interrupted translation into --output from its last complete batch."
+            )
+        },
+    )
+    quiet: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "No progress bar and no summary on standard error (neither shows when it is no "
+                "terminal)."
+            )
+        },
+    )
 
 
 @dataclass
@@ -92,7 +131,8 @@ class Request:
 
 
 class TranslationInterrupted(Exception):
-    """Ctrl-C or a termination signal during decoding; the journal keeps the batches finished so far."""
+    """Ctrl-C or a termination signal during decoding; the journal keeps the batches finished
+    so far."""
 
 
 def run_translation(args: TranslationArguments) -> dict:
@@ -148,8 +188,9 @@ def run_translation(args: TranslationArguments) -> dict:
     }
     if not args.quiet and sys.stderr.isatty():
         print(
-            f"{summary['decoded']:,} lines translated in {seconds:.1f} s ({summary['lines_per_second']} lines/s)"
-            f"{f', {resumed:,} resumed' if resumed else ''}: {args.output}",
+            f"{summary['decoded']:,} lines translated in {seconds:.1f} s ("
+            f"{summary['lines_per_second']} lines/s){f', {resumed:,} resumed' if resumed else ''}"
+            f": {args.output}",
             file=sys.stderr,
         )
     return summary
@@ -217,7 +258,8 @@ def check_output(
         )
     if journal.path.exists() and not (args.resume or args.overwrite):
         raise ValueError(
-            f"An unfinished translation into {output} left {journal.path}: continue it with --resume, "
+            f"An unfinished translation into {output} left {journal.path}: continue it with "
+            "--resume, "
             "or start again with --overwrite."
         )
     if not output.parent.is_dir():
@@ -240,13 +282,15 @@ def read_request(args: TranslationArguments) -> Request:
         name = args.input
         if not Path(name).is_file():
             raise ValueError(
-                f"--input {name} is not a file: give a text file with one sentence per line, or '-'."
+                f"--input {name} is not a file: give a text file with one sentence per line, or "
+                "'-'."
             )
         lines = read_lines(name)
     binary = next((number for number, line in enumerate(lines, start=1) if "\x00" in line), None)
     if binary is not None:
         raise ValueError(
-            f"{name} holds NUL bytes (line {binary}): it is a binary file, not text with one sentence "
+            f"{name} holds NUL bytes (line {binary}): it is a binary file, not text with one "
+            "sentence "
             "per line."
         )
     if not args.json_lines:
@@ -313,7 +357,8 @@ def check_request_directions(
         if pairs and (not fits or (source and target and f"{source}-{target}" not in pairs)):
             raise ValueError(
                 f"The model translates {pairs} (its config's language_pairs), not "
-                f"{source or '?'}-{target or '?'}: give --source_lang/--target_lang of one of them, "
+                f"{source or '?'}-{target or '?'}: give --source_lang/--target_lang of one of "
+                "them, "
                 "or another model."
             )
     return targets
@@ -322,8 +367,8 @@ def check_request_directions(
 def fit_positions(
     encoded: list[list[int]], limit, eos_token_id: int | None
 ) -> tuple[list[list[int]], int]:
-    """Sources longer than the model's positions cut to `limit` tokens (the end of sentence kept), with
-    one warning saying how many; returns the sources and that number."""
+    """Sources longer than the model's positions cut to `limit` tokens (the end of sentence kept),
+    with one warning saying how many; returns the sources and that number."""
     long = [index for index, ids in enumerate(encoded) if len(ids) > limit]
     for index in long:
         ids = encoded[index]
@@ -331,8 +376,8 @@ def fit_positions(
         encoded[index] = ids[: limit - len(end)] + end
     if long:
         logger.warning(
-            "%d line(s) longer than the model's %d positions were cut to fit (the first: line %d); their "
-            "translations cover only the start.",
+            "%d line(s) longer than the model's %d positions were cut to fit (the first: line "
+            "%d); their translations cover only the start.",
             len(long),
             limit,
             long[0] + 1,
@@ -341,7 +386,8 @@ def fit_positions(
 
 
 def write_output(hypotheses: Sequence[str], output: Path | None) -> None:
-    """The translations into `output` (atomically, `evaluation.write_lines`) or onto standard output."""
+    """The translations into `output` (atomically, `evaluation.write_lines`) or onto
+    standard output."""
     if output is not None:
         write_lines(hypotheses, output)
         return
@@ -364,9 +410,9 @@ class Journal:
         self._file = None
 
     def start(self, fingerprint: dict, hypotheses: list[str], resume: bool) -> set[int]:
-        """Open the journal for this run; with `resume`, fill `hypotheses` from a journal of the same
-        run and return the indices found. A journal of another run is refused; none at all starts
-        from the beginning."""
+        """Open the journal for this run; with `resume`, fill `hypotheses` from a journal of the
+        same run and return the indices found. A journal of another run is refused; none at all
+        starts from the beginning."""
         finished, lines = set(), [json.dumps(fingerprint, ensure_ascii=False)]
         if resume and self.path.exists():
             finished, lines = self._read(fingerprint, hypotheses)
@@ -441,7 +487,10 @@ def _run_fingerprint(args: TranslationArguments, request: Request) -> dict:
 def _interrupted_message(journal: Journal | None) -> str:
     if journal is None:
         return "interrupted: nothing was written; run again to translate the input."
-    return f"interrupted: the finished batches are in {journal.path}; continue with the same command and --resume."
+    return (
+        f"interrupted: the finished batches are in {journal.path}; continue with the same "
+        "command and --resume."
+    )
 
 
 __all__ = ["Request", "TranslationArguments", "TranslationInterrupted", "run_translation"]

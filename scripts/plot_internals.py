@@ -1,7 +1,8 @@
 """`dwlstm-plot-internals` (installed with the package) from a clone: the code and its --help are in
 `nmt_toolkit.lab.commands.plot_internals`."""
 
-from nmt_toolkit.lab.commands.plot_internals import main, run  # noqa: F401  (main: the tests call it in-process)
+# main: the tests call it in-process
+from nmt_toolkit.lab.commands.plot_internals import main, run  # noqa: F401
 
 if __name__ == "__main__":
     run()

@@ -1,7 +1,8 @@
-"""`dwlstm-run-experiments` (installed with the package) from a clone: the code and its --help are in
-`nmt_toolkit.lab.commands.run_experiments`."""
+"""`dwlstm-run-experiments` (installed with the package) from a clone: the code and its --help are
+in `nmt_toolkit.lab.commands.run_experiments`."""
 
-from nmt_toolkit.lab.commands.run_experiments import main, run  # noqa: F401  (main: the tests call it in-process)
+# main: the tests call it in-process
+from nmt_toolkit.lab.commands.run_experiments import main, run  # noqa: F401
 
 if __name__ == "__main__":
     run()

@@ -1,7 +1,8 @@
-"""`dwlstm-start-run-from-checkpoints` (installed with the package) from a clone: the code and its --help are in
-`nmt_toolkit.lab.commands.start_run_from_checkpoints`."""
+"""`dwlstm-start-run-from-checkpoints` (installed with the package) from a clone: the code and its
+--help are in `nmt_toolkit.lab.commands.start_run_from_checkpoints`."""
 
-from nmt_toolkit.lab.commands.start_run_from_checkpoints import main, run  # noqa: F401  (main: the tests call it in-process)
+# main: the tests call it in-process
+from nmt_toolkit.lab.commands.start_run_from_checkpoints import main, run  # noqa: F401
 
 if __name__ == "__main__":
     run()

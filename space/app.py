@@ -1,10 +1,12 @@
-"""The demo page (nmt_toolkit.demo) as a Hugging Face Space runs it: `python app.py`, the model named
-by the Space's MODEL_ID variable (Settings -> Variables), e.g. MODEL_ID=user/dwlstm-m30k-ende."""
+"""The demo page (nmt_toolkit.demo) as a Hugging Face Space runs it: `python app.py`, the model
+named by the Space's MODEL_ID variable (Settings -> Variables), e.g.
+MODEL_ID=user/dwlstm-m30k-ende."""
 
 import os
 import sys
 
-import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes and the pipeline)
+# registers the model family with the Auto classes and the pipeline
+import modeling_dwlstm  # noqa: F401
 from nmt_toolkit.demo import MODEL_VARIABLE, build_demo
 
 if not os.environ.get(MODEL_VARIABLE):

@@ -32,8 +32,8 @@ MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
-# Prepended to a subprocess script: from there on the process is like a machine without this package,
-# so a model can only load through its remote code.
+# Prepended to a subprocess script: from there on the process is like a machine without this
+# package, so a model can only load through its remote code.
 WITHOUT_PACKAGE = """
 import sys
 sys.modules["modeling_dwlstm"] = None  # as on a machine without the package (an editable install is global)
@@ -42,85 +42,146 @@ try:
     sys.exit("modeling_dwlstm must not be importable here")
 except ImportError:
     pass
-"""
+"""  # noqa: E501
 
 
 def read_multi30k(split: str, language: str, count: int) -> list[str]:
-    """The first `count` sentences of `{split}.{language}.gz` (split: train, val, test_2016_flickr)."""
+    """The first `count` sentences of `{split}.{language}.gz` (split: train, val,
+    test_2016_flickr)."""
     with gzip.open(MULTI30K / f"{split}.{language}.gz", "rt", encoding="utf-8") as lines:
         return [next(lines).rstrip("\n") for _ in range(count)]
 
+
 TINY = dict(
-    vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=3, encoder_attention_heads=2,
-    decoder_attention_heads=4, ffn_dim=24, max_position_embeddings=64, dropout=0.0,
+    vocab_size=40,
+    d_model=16,
+    encoder_layers=2,
+    decoder_layers=3,
+    encoder_attention_heads=2,
+    decoder_attention_heads=4,
+    ffn_dim=24,
+    max_position_embeddings=64,
+    dropout=0.0,
 )
 
 OPTION_GRID = list(
-    itertools.product(("linear", "ffn", "glu"), ("global", "per_stack", "none"), (False, True), ("add", "concat", "two_lstm"))
+    itertools.product(
+        ("linear", "ffn", "glu"),
+        ("global", "per_stack", "none"),
+        (False, True),
+        ("add", "concat", "two_lstm"),
+    )
 )
 
-# Every combination of the depth-wise LSTM's options, plus the options outside that grid and the baselines.
+# Every combination of the depth-wise LSTM's options, plus the options outside that grid and the
+# baselines.
 CASES = {
     f"dwlstm-{hidden}-{gates}-gates-{'shared' if share_hidden else 'own'}-hidden-{merge}": (
-        DwLstmConfig, {"lstm_hidden": hidden, "share_gates": gates, "share_hidden": share_hidden, "decoder_merge": merge}
+        DwLstmConfig,
+        {
+            "lstm_hidden": hidden,
+            "share_gates": gates,
+            "share_hidden": share_hidden,
+            "decoder_merge": merge,
+        },
     )
     for hidden, gates, share_hidden, merge in OPTION_GRID
 }
-CASES.update({
-    "dwlstm": (DwLstmConfig, {}),
-    "dwlstm-ffn-tanh": (DwLstmConfig, {"lstm_hidden": "ffn", "lstm_activation": "tanh"}),
-    "dwlstm-linear-tanh": (DwLstmConfig, {"lstm_hidden": "linear", "lstm_activation": "tanh"}),
-    "dwlstm-learned-positions": (DwLstmConfig, {"position_embedding_type": "learned"}),
-    "dwlstm-two-lstm": (DwLstmConfig, {"decoder_merge": "two_lstm"}),
-    "residual-post": (ResidualTransformerConfig, {"norm_position": "post"}),
-    "residual-pre": (ResidualTransformerConfig, {"norm_position": "pre", "activation_function": "gelu"}),
-    "residual-pre-learned-positions": (ResidualTransformerConfig, {"norm_position": "pre", "position_embedding_type": "learned"}),
-})
-# DLCL: each weighting of Wang et al. 2019, Table 6 with each norm, with and without the extra LayerNorm;
-# transparent attention.
-CASES.update({
-    f"dlcl-{norm}-{weights}{'' if layer_norm else '-no-ln'}": (
-        DlclConfig, {"norm_position": norm, "dlcl_weights": weights, "dlcl_layer_norm": layer_norm}
-    )
-    for norm, weights, layer_norm in [("pre", "learned", True), ("post", "learned", True), ("pre", "one", True),
-                                      ("post", "average", True), ("pre", "average", False), ("post", "one", False)]
-})
-CASES.update({
-    "ta-post": (TransparentAttentionConfig, {"norm_position": "post"}),
-    "ta-pre": (TransparentAttentionConfig, {"norm_position": "pre"}),
-})
+CASES.update(
+    {
+        "dwlstm": (DwLstmConfig, {}),
+        "dwlstm-ffn-tanh": (DwLstmConfig, {"lstm_hidden": "ffn", "lstm_activation": "tanh"}),
+        "dwlstm-linear-tanh": (DwLstmConfig, {"lstm_hidden": "linear", "lstm_activation": "tanh"}),
+        "dwlstm-learned-positions": (DwLstmConfig, {"position_embedding_type": "learned"}),
+        "dwlstm-two-lstm": (DwLstmConfig, {"decoder_merge": "two_lstm"}),
+        "residual-post": (ResidualTransformerConfig, {"norm_position": "post"}),
+        "residual-pre": (
+            ResidualTransformerConfig,
+            {"norm_position": "pre", "activation_function": "gelu"},
+        ),
+        "residual-pre-learned-positions": (
+            ResidualTransformerConfig,
+            {"norm_position": "pre", "position_embedding_type": "learned"},
+        ),
+    }
+)
+# DLCL: each weighting of Wang et al. 2019, Table 6 with each norm, with and without the extra
+# LayerNorm; transparent attention.
+CASES.update(
+    {
+        f"dlcl-{norm}-{weights}{'' if layer_norm else '-no-ln'}": (
+            DlclConfig,
+            {"norm_position": norm, "dlcl_weights": weights, "dlcl_layer_norm": layer_norm},
+        )
+        for norm, weights, layer_norm in [
+            ("pre", "learned", True),
+            ("post", "learned", True),
+            ("pre", "one", True),
+            ("post", "average", True),
+            ("pre", "average", False),
+            ("post", "one", False),
+        ]
+    }
+)
+CASES.update(
+    {
+        "ta-post": (TransparentAttentionConfig, {"norm_position": "post"}),
+        "ta-pre": (TransparentAttentionConfig, {"norm_position": "pre"}),
+    }
+)
 
-# Highway / SDU: every variant (and both SDU gates), gating every layer or only layer 1 (Chai et al. 2020, Tables 5-6).
-HIGHWAY_VARIANTS = {"sdu-sigmoid": {}, "sdu-tanh": {"sdu_gate": "tanh"}, "highway-gate": {"highway_variant": "highway_gate"},
-                    "gated-mhdpa": {"highway_variant": "gated_mhdpa"}}
-CASES.update({
-    f"highway-{variant}-{'all-layers' if layers is None else f'up-to-layer-{layers}'}": (
-        HighwayTransformerConfig, {**options, "sdu_layers": layers}
-    )
-    for variant, options in HIGHWAY_VARIANTS.items()
-    for layers in (None, 1)
-})
+# Highway / SDU: every variant (and both SDU gates), gating every layer or only layer 1 (Chai et al.
+# 2020, Tables 5-6).
+HIGHWAY_VARIANTS = {
+    "sdu-sigmoid": {},
+    "sdu-tanh": {"sdu_gate": "tanh"},
+    "highway-gate": {"highway_variant": "highway_gate"},
+    "gated-mhdpa": {"highway_variant": "gated_mhdpa"},
+}
+CASES.update(
+    {
+        f"highway-{variant}-{'all-layers' if layers is None else f'up-to-layer-{layers}'}": (
+            HighwayTransformerConfig,
+            {**options, "sdu_layers": layers},
+        )
+        for variant, options in HIGHWAY_VARIANTS.items()
+        for layers in (None, 1)
+    }
+)
 # Chai et al. 2020, Table 5's "\\FFN": gates on the attention sub-layers only.
 CASES["highway-sdu-attention-only"] = (HighwayTransformerConfig, {"sdu_ffn": False})
 # Depth-wise RNN: every combination of its hidden-module options.
-CASES.update({
-    f"rnn-{hidden}-{'shared' if share_hidden else 'own'}-hidden-{merge}": (
-        DepthWiseRnnConfig, {"lstm_hidden": hidden, "share_hidden": share_hidden, "decoder_merge": merge}
-    )
-    for hidden, share_hidden, merge in itertools.product(("linear", "ffn", "glu"), (False, True), ("add", "concat"))
-})
-CASES.update({
-    "rezero": (ReZeroTransformerConfig, {}),
-    "rezero-gelu": (ReZeroTransformerConfig, {"activation_function": "gelu"}),
-})
-CASES.update({
-    "rnn-linear-tanh": (DepthWiseRnnConfig, {"lstm_hidden": "linear", "lstm_activation": "tanh"}),
-    "rnn-ffn-tanh": (DepthWiseRnnConfig, {"lstm_hidden": "ffn", "lstm_activation": "tanh"}),
-})
+CASES.update(
+    {
+        f"rnn-{hidden}-{'shared' if share_hidden else 'own'}-hidden-{merge}": (
+            DepthWiseRnnConfig,
+            {"lstm_hidden": hidden, "share_hidden": share_hidden, "decoder_merge": merge},
+        )
+        for hidden, share_hidden, merge in itertools.product(
+            ("linear", "ffn", "glu"), (False, True), ("add", "concat")
+        )
+    }
+)
+CASES.update(
+    {
+        "rezero": (ReZeroTransformerConfig, {}),
+        "rezero-gelu": (ReZeroTransformerConfig, {"activation_function": "gelu"}),
+    }
+)
+CASES.update(
+    {
+        "rnn-linear-tanh": (
+            DepthWiseRnnConfig,
+            {"lstm_hidden": "linear", "lstm_activation": "tanh"},
+        ),
+        "rnn-ffn-tanh": (DepthWiseRnnConfig, {"lstm_hidden": "ffn", "lstm_activation": "tanh"}),
+    }
+)
 
 
 def run_script(name: str, *argv):
-    """Run scripts/<name>.py's main() in this process (the scripts are thin wrappers around the package)."""
+    """Run scripts/<name>.py's main() in this process (the scripts are thin wrappers around the
+    package)."""
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -138,29 +199,38 @@ def tiny_model(case: str, seed: int = 0, **overrides):
 
 
 def train_on_pairs(model, tokenizer, pairs: list, steps: int, wrap: int):
-    """`steps` Adam steps (learning rate 3e-3) on batches of 32 (source, target) `pairs` taken in turn, the start
-    going back to 0 at `wrap`: the tests' small trained models. Returns the model in eval mode."""
+    """`steps` Adam steps (learning rate 3e-3) on batches of 32 (source, target) `pairs` taken in
+    turn, the start going back to 0 at `wrap`: the tests' small trained models. Returns the model in
+    eval mode."""
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for step in range(steps):
         batch = pairs[(32 * step) % wrap :][:32]
-        loss = model(**tokenizer([source for source, _ in batch], text_target=[target for _, target in batch],
-                                 return_tensors="pt", padding=True)).loss
+        loss = model(
+            **tokenizer(
+                [source for source, _ in batch],
+                text_target=[target for _, target in batch],
+                return_tensors="pt",
+                padding=True,
+            )
+        ).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     return model.eval()
 
 
-def random_ids(batch: int, length: int, seed: int = 1, low: int = 3, high: int = 40) -> torch.Tensor:
+def random_ids(
+    batch: int, length: int, seed: int = 1, low: int = 3, high: int = 40
+) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(low, high, (batch, length), generator=generator)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def datasets_cache(tmp_path_factory):
-    """Local corpora and their tokenisation are cached under the `datasets` cache: the tests' own folder, in this
-    process and in the scripts it starts, never the user's."""
+    """Local corpora and their tokenisation are cached under the `datasets` cache: the tests' own
+    folder, in this process and in the scripts it starts, never the user's."""
     import datasets
 
     folder = tmp_path_factory.mktemp("datasets-cache")
@@ -172,8 +242,9 @@ def datasets_cache(tmp_path_factory):
 
 @pytest.fixture
 def one_thread():
-    """Small models on a shared 2-core machine: several OpenMP threads only wait for each other (several
-    times slower under load). Use with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    """Small models on a shared 2-core machine: several OpenMP threads only wait for each other
+    (several times slower under load). Use with
+    `pytestmark = pytest.mark.usefixtures("one_thread")`."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -182,10 +253,12 @@ def one_thread():
 
 @pytest.fixture
 def native_bfloat16(monkeypatch):
-    """This CPU as one with native bfloat16, for tests of bfloat16's numbers and of --bf16 training (on a CPU without
-    it, bfloat16 is refused as several times slower than float32)."""
+    """This CPU as one with native bfloat16, for tests of bfloat16's numbers and of --bf16 training
+    (on a CPU without it, bfloat16 is refused as several times slower than float32)."""
     real = precision.cpu_features()
-    monkeypatch.setattr(precision, "cpu_features", lambda: dataclasses.replace(real, native_bfloat16=True))
+    monkeypatch.setattr(
+        precision, "cpu_features", lambda: dataclasses.replace(real, native_bfloat16=True)
+    )
     monkeypatch.setattr(training, "cpu_features", precision.cpu_features)
 
 
@@ -195,8 +268,8 @@ def case(request):
 
 
 def exit_code_as_main(path: Path, *argv) -> int | str | None:
-    """Run the script at `path` as `python PATH ARGV` would, in this process (sys.argv swapped for the run and put
-    back after): the code it exits with (it must exit)."""
+    """Run the script at `path` as `python PATH ARGV` would, in this process (sys.argv swapped for
+    the run and put back after): the code it exits with (it must exit)."""
     saved_argv, sys.argv = sys.argv, [str(path), *map(str, argv)]
     try:
         with pytest.raises(SystemExit) as exit_info:
@@ -207,7 +280,8 @@ def exit_code_as_main(path: Path, *argv) -> int | str | None:
 
 
 def run_as_main(name: str, *argv) -> tuple[int, str]:
-    """Run scripts/<name>.py as `python scripts/<name>.py ARGV` would, in this process: (exit code, stderr)."""
+    """Run scripts/<name>.py as `python scripts/<name>.py ARGV` would, in this process: (exit code,
+    stderr)."""
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
         code = exit_code_as_main(SCRIPTS / f"{name}.py", *argv)
@@ -216,8 +290,9 @@ def run_as_main(name: str, *argv) -> tuple[int, str]:
 
 @functools.cache
 def script_help(name: str) -> str:
-    """What `python scripts/<name>.py --help` prints, run in this process (the scripts only parse arguments before
-    --help exits); cached, so that every test that reads a script's flags pays once."""
+    """What `python scripts/<name>.py --help` prints, run in this process (the scripts only parse
+    arguments before --help exits); cached, so that every test that reads a script's flags
+    pays once."""
     path = SCRIPTS / f"{name}.py"
     if not path.is_file():
         raise FileNotFoundError(f"scripts/{name}.py does not exist")
@@ -232,8 +307,8 @@ def script_help(name: str) -> str:
 
 
 class GraphCounter:
-    """A torch.compile backend that runs each captured graph as it is (dynamo's "eager" backend, so that the test
-    stays fast) and counts them."""
+    """A torch.compile backend that runs each captured graph as it is (dynamo's "eager" backend, so
+    that the test stays fast) and counts them."""
 
     def __init__(self):
         self.graphs = 0

@@ -1,4 +1,5 @@
-"""Token-budget batching: the budget holds, every pair comes once per epoch, ranks get disjoint equal shares."""
+"""Token-budget batching: the budget holds, every pair comes once per epoch, ranks get disjoint
+equal shares."""
 
 import random
 
@@ -37,30 +38,45 @@ def test_batches_are_full_and_reshuffled_each_epoch():
         sampler.set_epoch(epoch)
         orders.append([tuple(batch) for batch in sampler])
     assert orders[0] != orders[1], "the batch order must change between epochs"
-    assert sorted(orders[0]) == sorted(orders[1]), "the batches themselves stay fixed (constant steps per epoch)"
-    # Greedy packing of length-sorted pairs: taking the next batch's first pair would have broken the budget.
+    assert sorted(orders[0]) == sorted(orders[1]), (
+        "the batches themselves stay fixed (constant steps per epoch)"
+    )
+    # Greedy packing of length-sorted pairs: taking the next batch's first pair would have broken
+    # the budget.
     for batch, following in zip(sampler.batches, sampler.batches[1:]):
         assert padded_size([*batch, following[0]], sources, targets) > 512
-    assert TokenBatchSampler(sources, targets, 512, seed=0).batches == sampler.batches, "deterministic for a seed"
-    assert TokenBatchSampler(sources, targets, 512, seed=1).batches != sampler.batches, "ties broken by the seed"
+    assert TokenBatchSampler(sources, targets, 512, seed=0).batches == sampler.batches, (
+        "deterministic for a seed"
+    )
+    assert TokenBatchSampler(sources, targets, 512, seed=1).batches != sampler.batches, (
+        "ties broken by the seed"
+    )
     assert pack_by_tokens([0, 1, 2], [10, 10, 30], 40) == [[0, 1], [2]]
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_ranks_get_disjoint_equal_shares_covering_every_pair(world_size):
     sources, targets = random_lengths(301, seed=5)
-    ranks = [TokenBatchSampler(sources, targets, 200, num_replicas=world_size, rank=rank, seed=7)
-             for rank in range(world_size)]
+    ranks = [
+        TokenBatchSampler(sources, targets, 200, num_replicas=world_size, rank=rank, seed=7)
+        for rank in range(world_size)
+    ]
     for epoch in (0, 1):
         shares = []
         for sampler in ranks:
             sampler.set_epoch(epoch)
             shares.append(list(sampler))
-        assert len({len(share) for share in shares}) == 1, "every rank must take the same number of steps"
+        assert len({len(share) for share in shares}) == 1, (
+            "every rank must take the same number of steps"
+        )
         assert len(shares[0]) == len(ranks[0])
         seen = [index for share in shares for batch in share for index in batch]
-        assert sorted(seen) == list(range(301)), "ranks are disjoint and together see every pair once"
-        assert all(padded_size(batch, sources, targets) <= 200 for share in shares for batch in share)
+        assert sorted(seen) == list(range(301)), (
+            "ranks are disjoint and together see every pair once"
+        )
+        assert all(
+            padded_size(batch, sources, targets) <= 200 for share in shares for batch in share
+        )
 
 
 def test_split_to_multiple_halves_the_largest_batches():
@@ -71,11 +87,14 @@ def test_split_to_multiple_halves_the_largest_batches():
         split_to_multiple([[0], [1]], 3)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"max_tokens": 20}, "more than `max_tokens`=20"),
-    ({"max_tokens": 0}, "positive integer"),
-    ({"max_tokens": 100, "rank": 2, "num_replicas": 2}, "rank"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"max_tokens": 20}, "more than `max_tokens`=20"),
+        ({"max_tokens": 0}, "positive integer"),
+        ({"max_tokens": 100, "rank": 2, "num_replicas": 2}, "rank"),
+    ],
+)
 def test_bad_arguments_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TokenBatchSampler([5, 30], [8, 25], **kwargs)

@@ -1,5 +1,5 @@
-"""Compiled decoding steps that stay compiled: batches padded to buckets, a few graphs per model whatever the
-batch shapes, and the tokens of eager decoding."""
+"""Compiled decoding steps that stay compiled: batches padded to buckets, a few graphs per model
+whatever the batch shapes, and the tokens of eager decoding."""
 
 import warnings
 
@@ -9,15 +9,18 @@ from transformers import CompileConfig
 
 from modeling_dwlstm.generation_translation import SOURCE_BUCKET, bucket_sentences, bucketed_inputs
 
-# (sentences, source length, beams): sizes on both sides of the attention routes' threshold, lengths across
-# several source buckets, greedy and beam search in turn
+# (sentences, source length, beams): sizes on both sides of the attention routes' threshold, lengths
+# across several source buckets, greedy and beam search in turn
 SHAPES = [(3, 7, 1), (5, 20, 4), (1, 33, 1), (40, 9, 4), (9, 17, 1), (17, 30, 4)]
 
 
 def varied_batch(sentences: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random sources with padding of every length (the first one unpadded, so the batch is `length` long)."""
+    """Random sources with padding of every length (the first one unpadded, so the batch is
+    `length` long)."""
     sources = random_ids(sentences, length, seed=seed)
-    lengths = torch.randint(1, length + 1, (sentences,), generator=torch.Generator().manual_seed(seed))
+    lengths = torch.randint(
+        1, length + 1, (sentences,), generator=torch.Generator().manual_seed(seed)
+    )
     lengths[0] = length
     mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
     return sources, mask
@@ -30,19 +33,31 @@ def test_batches_are_padded_to_a_few_buckets():
     sources, mask = varied_batch(3, 20, seed=0)
     padded = bucketed_inputs(model, sources, {"input_ids": sources, "attention_mask": mask}, 4)
     assert padded["input_ids"].shape == padded["attention_mask"].shape == (16, 2 * SOURCE_BUCKET)
-    assert torch.equal(padded["input_ids"][:3, :20], sources) and torch.equal(padded["attention_mask"][:3, :20], mask)
+    assert torch.equal(padded["input_ids"][:3, :20], sources) and torch.equal(
+        padded["attention_mask"][:3, :20], mask
+    )
     assert not padded["attention_mask"][:, 20:].any()  # the added positions are masked
-    assert (padded["input_ids"][3:] == padded["input_ids"][0]).all()  # the added sentences: copies of the first
+    # the added sentences: copies of the first
+    assert (padded["input_ids"][3:] == padded["input_ids"][0]).all()
     # other inputs that follow the rows: left as they are
-    assert bucketed_inputs(model, sources, {"attention_mask": mask, "encoder_outputs": torch.zeros(3, 20, 8)}, 1) is None
+    assert (
+        bucketed_inputs(
+            model, sources, {"attention_mask": mask, "encoder_outputs": torch.zeros(3, 20, 8)}, 1
+        )
+        is None
+    )
 
 
 def test_compiled_decoding_compiles_a_few_graphs_whatever_the_batch_shapes(fresh_compiler):
-    """Greedy and beam search over batches of many shapes: the tokens of eager decoding of the batch as given, no
-    model falling back to eager steps, and at most 4 graphs compiled (the backend counts each one it is given)."""
+    """Greedy and beam search over batches of many shapes: the tokens of eager decoding of the batch
+    as given, no model falling back to eager steps, and at most 4 graphs compiled (the backend
+    counts each one it is given)."""
     model = tiny_model("dwlstm")
     counter = GraphCounter()
-    options = dict(compile_decoding=True, compile_config=CompileConfig(backend=counter, fullgraph=True, mode="default"))
+    options = dict(
+        compile_decoding=True,
+        compile_config=CompileConfig(backend=counter, fullgraph=True, mode="default"),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no recompile limit reached
         for seed, (sentences, length, beams) in enumerate(SHAPES):

@@ -1,6 +1,6 @@
-"""The demo page's HTTP API, served in this process and called with gradio_client as a user's program
-would: the translation is generate()'s, a direction the model lacks is refused with the pipeline's
-own message."""
+"""The demo page's HTTP API, served in this process and called with gradio_client as a user's
+program would: the translation is generate()'s, a direction the model lacks is refused with the
+pipeline's own message."""
 
 import os
 import runpy
@@ -56,7 +56,10 @@ def generated(folder, text, num_beams, tag=None):
     settings)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    model, tokenizer = (
+        AutoModelForSeq2SeqLM.from_pretrained(folder),
+        AutoTokenizer.from_pretrained(folder),
+    )
     ids = tokenizer(text)["input_ids"]
     if tag is not None:
         ids = [tokenizer.convert_tokens_to_ids(f"<2{tag}>"), *ids]
@@ -70,7 +73,9 @@ def test_the_page_offers_the_models_directions(models):
 
     def directions(name):
         folder = models / name
-        return model_directions(AutoModelForSeq2SeqLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder))
+        return model_directions(
+            AutoModelForSeq2SeqLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+        )
 
     assert directions("en-de").pairs == ["en-de"] and not directions("en-de").multilingual
     m2m = directions("m2m")
@@ -83,7 +88,9 @@ def test_a_bilingual_page_translates_as_generate_and_refuses_another_direction(m
     try:
         translation, seconds = client.predict(TEXT, "en-de", 2, api_name="/translate")
         assert translation == generated(models / "en-de", TEXT, 2) and seconds.endswith(" s")
-        with pytest.raises(Exception, match=r"Unsupported direction de to en: this model translates \['en-de'\]"):
+        with pytest.raises(
+            Exception, match=r"Unsupported direction de to en: this model translates \['en-de'\]"
+        ):
             client.predict(TEXT, "de-en", 2, api_name="/translate")
     finally:
         demo.close()
@@ -112,6 +119,9 @@ def test_the_space_app_and_the_command_take_the_model_from_model_id(models, monk
         runpy.run_path(str(app))
     with pytest.raises(SystemExit):
         exit_on_error(main, [])
-    assert capsys.readouterr().err.strip() == "error: Give the model: --model FOLDER_OR_HUB_ID, or set MODEL_ID."
+    assert (
+        capsys.readouterr().err.strip()
+        == "error: Give the model: --model FOLDER_OR_HUB_ID, or set MODEL_ID."
+    )
     monkeypatch.setenv("MODEL_ID", str(models / "en-de"))
     assert isinstance(runpy.run_path(str(app))["demo"], gradio.Blocks)  # what the Space launches

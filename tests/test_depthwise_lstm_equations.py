@@ -1,4 +1,5 @@
-"""The depth-wise LSTM against a direct transcription of its equations (Xu et al. 2024, §2.1; docs/members.md)."""
+"""The depth-wise LSTM against a direct transcription of its equations (Xu et al. 2024, §2.1;
+docs/members.md)."""
 
 import pytest
 import torch
@@ -19,7 +20,13 @@ def layer_norm(z, weight, bias, eps=1e-5):
 def spec_hidden(kind, module, c):
     """h = hidden(c), the `lstm_hidden` variants, written from the equations."""
     if kind == "linear":  # h = act(LN(W_h c + b_h))
-        return gelu(layer_norm(c @ module.projection.weight.T + module.projection.bias, module.norm.weight, module.norm.bias))
+        return gelu(
+            layer_norm(
+                c @ module.projection.weight.T + module.projection.bias,
+                module.norm.weight,
+                module.norm.bias,
+            )
+        )
     z = layer_norm(c @ module.fc1.weight.T + module.fc1.bias, module.norm.weight, module.norm.bias)
     if kind == "ffn":  # h = W_2 act(LN(W_1 c + b_1)) + b_2
         inner = gelu(z)
@@ -52,12 +59,23 @@ def randomize_(module):
 
 
 @pytest.mark.parametrize("kind", ["linear", "ffn", "glu"])
-@pytest.mark.parametrize("input_width", [1, 2])  # x of width d (encoder, add) or 2d (decoder concat)
+# x of width d (encoder, add) or 2d (decoder concat)
+@pytest.mark.parametrize("input_width", [1, 2])
 def test_one_step_matches_the_equations(kind, input_width):
-    config = DwLstmConfig(d_model=8, ffn_dim=12, encoder_attention_heads=2, decoder_attention_heads=2, lstm_hidden=kind)
+    config = DwLstmConfig(
+        d_model=8,
+        ffn_dim=12,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        lstm_hidden=kind,
+    )
     lstm = DepthWiseLstm(config, (input_width + 1) * 8, SharedModules(), ("encoder", 0, 0))
     randomize_(lstm)
-    x, o_prev, c_prev = torch.randn(2, 3, 8 * input_width), torch.randn(2, 3, 8), torch.randn(2, 3, 8)
+    x, o_prev, c_prev = (
+        torch.randn(2, 3, 8 * input_width),
+        torch.randn(2, 3, 8),
+        torch.randn(2, 3, 8),
+    )
     state = lstm(x, LayerState(o_prev, c_prev))
     o_l, c_l = spec_step(kind, lstm, x, o_prev, c_prev)
     torch.testing.assert_close(state.output, o_l, rtol=1e-5, atol=1e-5)
@@ -65,12 +83,14 @@ def test_one_step_matches_the_equations(kind, input_width):
 
 
 def test_first_encoder_and_decoder_layers_follow_spec_wiring():
-    """Encoder: a = SelfAttn(o_0), o_0 = c_0 = embeddings. Decoder: x = CrossAttn(s + o_0, enc), m = s + x."""
+    """Encoder: a = SelfAttn(o_0), o_0 = c_0 = embeddings. Decoder: x = CrossAttn(s + o_0, enc), m = s + x."""  # noqa: E501
     model = tiny_model("dwlstm")
     randomize_(model.model.encoder.layers[0].depthwise_lstm.gates)
     input_ids, decoder_input_ids = random_ids(2, 6), random_ids(2, 4, seed=2)
     with torch.no_grad():
-        out = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, output_hidden_states=True)
+        out = model(
+            input_ids=input_ids, decoder_input_ids=decoder_input_ids, output_hidden_states=True
+        )
         embeddings = out.encoder_hidden_states[0]
         layer = model.model.encoder.layers[0]
         a, _ = layer.self_attn(embeddings)
@@ -96,8 +116,12 @@ def test_first_encoder_and_decoder_layers_follow_spec_wiring():
         ("per_stack", False, "two_lstm", 2, 8),
     ],
 )
-def test_sharing_modes_share_exactly_what_they_say(share_gates, share_hidden, merge, distinct_gates, distinct_hidden):
-    model = tiny_model("dwlstm", share_gates=share_gates, share_hidden=share_hidden, decoder_merge=merge)
+def test_sharing_modes_share_exactly_what_they_say(
+    share_gates, share_hidden, merge, distinct_gates, distinct_hidden
+):
+    model = tiny_model(
+        "dwlstm", share_gates=share_gates, share_hidden=share_hidden, decoder_merge=merge
+    )
     lstms = [m for m in model.modules() if isinstance(m, DepthWiseLstm)]
     assert len({id(lstm.gates) for lstm in lstms}) == distinct_gates
     assert len({id(lstm.hidden) for lstm in lstms}) == distinct_hidden
@@ -109,11 +133,19 @@ def test_sharing_modes_share_exactly_what_they_say(share_gates, share_hidden, me
 
 @pytest.mark.parametrize("language_aware", [False, True])
 def test_forget_gate_bias_starts_only_the_forget_gates_open(language_aware):
-    """`forget_gate_bias` b: every forget gate's LayerNorm bias starts at b (sigmoid(b) of the cell kept per layer),
-    the input and output gates' at 0 as in the papers; b = 0 is the papers' initialisation. It is initialisation
-    only: a saved model loads with the values it was saved with."""
-    languages = dict(language_pairs=["en-de", "en-fr"], language_tag_ids={"de": 4, "fr": 5},
-                     language_aware_norm=True) if language_aware else {}
+    """`forget_gate_bias` b: every forget gate's LayerNorm bias starts at b (sigmoid(b) of the cell
+    kept per layer), the input and output gates' at 0 as in the papers; b = 0 is the papers'
+    initialisation. It is initialisation only: a saved model loads with the values it was
+    saved with."""
+    languages = (
+        dict(
+            language_pairs=["en-de", "en-fr"],
+            language_tag_ids={"de": 4, "fr": 5},
+            language_aware_norm=True,
+        )
+        if language_aware
+        else {}
+    )
     opened = tiny_model("dwlstm", forget_gate_bias=1.5, **languages)
     papers = tiny_model("dwlstm", **languages)
     gates = [module for module in opened.modules() if hasattr(module, "forget_bias")]
@@ -122,7 +154,13 @@ def test_forget_gate_bias_starts_only_the_forget_gates_open(language_aware):
         input_bias, forget_bias, output_bias = module.norm_bias.unbind(-2)
         assert torch.equal(forget_bias, torch.full_like(forget_bias, 1.5))
         assert not input_bias.any() and not output_bias.any()
-    assert not any(module.norm_bias.any() for module in papers.modules() if hasattr(module, "forget_bias"))
+    assert not any(
+        module.norm_bias.any() for module in papers.modules() if hasattr(module, "forget_bias")
+    )
     # The same seed draws the same weights: only the forget gates' starting bias differs.
-    differing = {name for name, value in opened.state_dict().items() if not torch.equal(value, papers.state_dict()[name])}
+    differing = {
+        name
+        for name, value in opened.state_dict().items()
+        if not torch.equal(value, papers.state_dict()[name])
+    }
     assert differing and all(name.endswith("gates.norm_bias") for name in differing)

@@ -1,4 +1,5 @@
-"""Evaluation: length-sorted beam decoding in input order, BLEU/chrF with signatures, paired bootstrap, the script."""
+"""Evaluation: length-sorted beam decoding in input order, BLEU/chrF with signatures, paired
+bootstrap, the script."""
 
 import json
 
@@ -37,15 +38,24 @@ def pairs():
 
 @pytest.fixture(scope="module")
 def tokenizer(pairs):
-    return train_joint_bpe_tokenizer([text for pair in pairs for text in pair], vocab_size=300, language_tags=["<2de>"])
+    return train_joint_bpe_tokenizer(
+        [text for pair in pairs for text in pair], vocab_size=300, language_tags=["<2de>"]
+    )
 
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
     torch.manual_seed(0)
     config = DwLstmConfig(
-        **tokenizer_model_kwargs(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-        decoder_attention_heads=2, ffn_dim=64, max_position_embeddings=128, dropout=0.0,
+        **tokenizer_model_kwargs(tokenizer),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        ffn_dim=64,
+        max_position_embeddings=128,
+        dropout=0.0,
     )
     return AutoModelForSeq2SeqLM.from_config(config).eval()
 
@@ -53,7 +63,9 @@ def model(tokenizer):
 def generate_one(model, tokenizer, ids: list[int]) -> str:
     input_ids = torch.tensor([ids])
     with torch.no_grad():
-        output = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **DECODE)
+        output = model.generate(
+            input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **DECODE
+        )
     return tokenizer.decode(output[0], skip_special_tokens=True).strip()
 
 
@@ -64,7 +76,8 @@ def test_length_sorted_batches_cover_every_sentence_once_within_the_budget():
     flat = [lengths[index] for batch in batches for index in batch]
     assert flat == sorted(lengths)  # sorted by length
     for batch in batches:
-        assert len(batch) * max(lengths[i] for i in batch) <= 12 or len(batch) == 1  # 30 alone, over the budget
+        # 30 alone, over the budget
+        assert len(batch) * max(lengths[i] for i in batch) <= 12 or len(batch) == 1
     assert [7] in batches
     with pytest.raises(ValueError, match="max_tokens"):
         length_sorted_batches(lengths, max_tokens=0)
@@ -72,10 +85,14 @@ def test_length_sorted_batches_cover_every_sentence_once_within_the_budget():
 
 def test_translations_come_back_in_input_order_whatever_the_batching(model, tokenizer, pairs):
     sources = [english for english, _ in pairs[:8]]
-    expected = [generate_one(model, tokenizer, tokenizer(source)["input_ids"]) for source in sources]
+    expected = [
+        generate_one(model, tokenizer, tokenizer(source)["input_ids"]) for source in sources
+    ]
     assert len(set(expected)) > 1  # otherwise order would not be tested
     for max_tokens in (1, 40, 10_000):  # one sentence per batch, a few batches, one batch
-        translations = translate_sentences(model, tokenizer, sources, max_tokens=max_tokens, **DECODE)
+        translations = translate_sentences(
+            model, tokenizer, sources, max_tokens=max_tokens, **DECODE
+        )
         assert translations.hypotheses == expected
         assert translations.seconds > 0 and translations.sentences_per_second > 0
 
@@ -83,33 +100,61 @@ def test_translations_come_back_in_input_order_whatever_the_batching(model, toke
 def test_language_tag_is_prepended_once_when_asked(model, tokenizer, pairs):
     sources = [english for english, _ in pairs[:3]]
     tag = tokenizer.convert_tokens_to_ids("<2de>")
-    expected = [generate_one(model, tokenizer, [tag] + tokenizer(source)["input_ids"]) for source in sources]
-    assert translate_sentences(model, tokenizer, sources, language_tag="de", **DECODE).hypotheses == expected
+    expected = [
+        generate_one(model, tokenizer, [tag] + tokenizer(source)["input_ids"]) for source in sources
+    ]
+    assert (
+        translate_sentences(model, tokenizer, sources, language_tag="de", **DECODE).hypotheses
+        == expected
+    )
     tagged = ["<2de> " + source for source in sources]
-    assert translate_sentences(model, tokenizer, tagged, language_tag="de", **DECODE).hypotheses == expected
+    assert (
+        translate_sentences(model, tokenizer, tagged, language_tag="de", **DECODE).hypotheses
+        == expected
+    )
     plain = [generate_one(model, tokenizer, tokenizer(source)["input_ids"]) for source in sources]
     assert plain != expected  # so the tag matters
-    assert translate_sentences(model, tokenizer, sources, **DECODE).hypotheses == plain  # no tag unless asked
+    # no tag unless asked
+    assert translate_sentences(model, tokenizer, sources, **DECODE).hypotheses == plain
     with pytest.raises(ValueError, match="no language tag '<2fr>'"):
         translate_sentences(model, tokenizer, sources, language_tag="fr", **DECODE)
 
 
 def test_scores_match_sacrebleu_and_the_tokenized_bleu_splits_compounds():
-    references = ["Der Hund schläft im Haus.", "Eine Frau liest ein Buch.", "Das Kind spielt mit dem Ball."]
+    references = [
+        "Der Hund schläft im Haus.",
+        "Eine Frau liest ein Buch.",
+        "Das Kind spielt mit dem Ball.",
+    ]
     hypotheses = ["Der Hund schläft.", "Eine Frau liest ein Buch.", "Das Kind spielt im Garten."]
     scores = score_translations(hypotheses, references, target_lang="de")
-    assert scores["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.01)
-    assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score, abs=0.01)
-    assert "case:mixed" in scores["sacrebleu_signature"] and "tok:13a" in scores["sacrebleu_signature"]
+    assert scores["sacrebleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.01
+    )
+    assert scores["chrf"] == pytest.approx(
+        sacrebleu.corpus_chrf(hypotheses, [references]).score, abs=0.01
+    )
+    assert (
+        "case:mixed" in scores["sacrebleu_signature"] and "tok:13a" in scores["sacrebleu_signature"]
+    )
     assert scores["sentences"] == 3 and 0 < scores["sacrebleu"] < 100
     assert score_translations(references, references)["tokenized_bleu"] == 100.0
     # Case-sensitive: lower-casing a perfect output costs BLEU.
-    assert score_translations([text.lower() for text in references], references)["tokenized_bleu"] < 100.0
-    # A compound is split at its hyphens, so one wrong half still matches the other half and the hyphen.
-    assert tokenize_for_bleu("Ein Open-Air-Konzert, heute.") == "Ein Open ##AT##-##AT## Air ##AT##-##AT## Konzert , heute ."
+    assert (
+        score_translations([text.lower() for text in references], references)["tokenized_bleu"]
+        < 100.0
+    )
+    # A compound is split at its hyphens, so one wrong half still matches the other half and
+    # the hyphen.
+    assert (
+        tokenize_for_bleu("Ein Open-Air-Konzert, heute.")
+        == "Ein Open ##AT##-##AT## Air ##AT##-##AT## Konzert , heute ."
+    )
     compound = score_translations(["Das Hotel-Zimmer ist groß."], ["Das Hotel-Bett ist groß."])
     split = sacrebleu.corpus_bleu(
-        ["Das Hotel ##AT##-##AT## Zimmer ist groß ."], [["Das Hotel ##AT##-##AT## Bett ist groß ."]], tokenize="none"
+        ["Das Hotel ##AT##-##AT## Zimmer ist groß ."],
+        [["Das Hotel ##AT##-##AT## Bett ist groß ."]],
+        tokenize="none",
     )
     assert compound["tokenized_bleu"] == pytest.approx(split.score, abs=0.01)
     assert compound["tokenized_bleu"] != compound["sacrebleu"]
@@ -129,7 +174,8 @@ def test_paired_bootstrap_finds_a_clearly_better_system_and_not_a_tie(pairs):
     good = [reference if index % 4 else "Der Hund." for index, reference in enumerate(references)]
     bad = [" ".join(reference.split()[:3]) for reference in references]
     result = paired_bootstrap(good, bad, references, num_samples=200)
-    assert result["system_bleu"] == score_translations(good, references)["tokenized_bleu"]  # all sentences, once
+    # all sentences, once
+    assert result["system_bleu"] == score_translations(good, references)["tokenized_bleu"]
     assert result["baseline_bleu"] == score_translations(bad, references)["tokenized_bleu"]
     assert result["system_bleu"] > result["baseline_bleu"]
     assert result["p_value"] < 0.05 and result["system_wins"] > 0.95
@@ -150,26 +196,45 @@ def test_run_evaluation_writes_hypotheses_and_json(model, tokenizer, pairs, tmp_
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     test = pairs[:4]
-    (tmp_path / "test.en").write_text("".join(english + "\n" for english, _ in test), encoding="utf-8")
-    (tmp_path / "test.de").write_text("".join(german + "\n" for _, german in test), encoding="utf-8")
+    (tmp_path / "test.en").write_text(
+        "".join(english + "\n" for english, _ in test), encoding="utf-8"
+    )
+    (tmp_path / "test.de").write_text(
+        "".join(german + "\n" for _, german in test), encoding="utf-8"
+    )
     baseline = tmp_path / "baseline.txt"
     baseline.write_text("".join(german + "\n" for _, german in test), encoding="utf-8")
     args = EvaluationArguments(
-        model=str(tmp_path / "model"), output_dir=str(tmp_path / "eval"), data=str(tmp_path), split="test",
-        source_lang="en", target_lang="de", add_language_tag=True, baseline_hypotheses=str(baseline),
-        bootstrap_samples=20, **SCRIPT_DECODE,
+        model=str(tmp_path / "model"),
+        output_dir=str(tmp_path / "eval"),
+        data=str(tmp_path),
+        split="test",
+        source_lang="en",
+        target_lang="de",
+        add_language_tag=True,
+        baseline_hypotheses=str(baseline),
+        bootstrap_samples=20,
+        **SCRIPT_DECODE,
     )
     results = run_evaluation(args)
     hypotheses = (tmp_path / "eval" / "hypotheses.txt").read_text(encoding="utf-8").splitlines()
     sources = [english for english, _ in test]
-    assert hypotheses == translate_sentences(model, tokenizer, sources, language_tag="de", **DECODE).hypotheses
+    assert (
+        hypotheses
+        == translate_sentences(model, tokenizer, sources, language_tag="de", **DECODE).hypotheses
+    )
     assert json.loads((tmp_path / "eval" / "results.json").read_text(encoding="utf-8")) == results
     assert results["sentences"] == 4 and results["sentences_per_second"] > 0
     assert results["paired_bootstrap"]["p_value"] == 1.0  # the references as "baseline" always win
     # The same test set given as two files.
     files = EvaluationArguments(
-        model=str(tmp_path / "model"), output_dir=str(tmp_path / "eval2"), source_file=str(tmp_path / "test.en"),
-        reference_file=str(tmp_path / "test.de"), target_lang="de", add_language_tag=True, **SCRIPT_DECODE,
+        model=str(tmp_path / "model"),
+        output_dir=str(tmp_path / "eval2"),
+        source_file=str(tmp_path / "test.en"),
+        reference_file=str(tmp_path / "test.de"),
+        target_lang="de",
+        add_language_tag=True,
+        **SCRIPT_DECODE,
     )
     assert run_evaluation(files)["sacrebleu"] == results["sacrebleu"]
 
@@ -179,7 +244,10 @@ def test_run_evaluation_writes_hypotheses_and_json(model, tokenizer, pairs, tmp_
     [
         ({}, "Give either --data"),
         ({"source_file": "test.en"}, "go together"),
-        ({"data": ".", "source_file": "test.en", "reference_file": "test.de"}, "Give either --data"),
+        (
+            {"data": ".", "source_file": "test.en", "reference_file": "test.de"},
+            "Give either --data",
+        ),
         ({"data": "."}, "needs --source_lang"),
         ({"source_file": "missing.en", "reference_file": "test.de"}, "Cannot read"),
         ({"source_file": "test.en", "reference_file": "short.de"}, "line-aligned"),

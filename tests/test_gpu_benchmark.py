@@ -1,5 +1,6 @@
-"""scripts/gpu_benchmark.py's dry run on the CPU: every row of the GPU measurement on tiny models, through the
-Trainer and through the hand-written step used where accelerate is missing (the measurement itself needs a GPU)."""
+"""scripts/gpu_benchmark.py's dry run on the CPU: every row of the GPU measurement on tiny models,
+through the Trainer and through the hand-written step used where accelerate is missing (the
+measurement itself needs a GPU)."""
 
 import json
 
@@ -11,7 +12,13 @@ from nmt_toolkit.lab import gpu_benchmark
 from nmt_toolkit.lab.gpu_benchmark import GpuBenchmarkSettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-DECODED = {"dwlstm tiny", "residual-prenorm tiny", "marian tiny", "dwlstm 2+2", "residual-prenorm 4+4"}
+DECODED = {
+    "dwlstm tiny",
+    "residual-prenorm tiny",
+    "marian tiny",
+    "dwlstm 2+2",
+    "residual-prenorm 4+4",
+}
 
 
 @pytest.mark.parametrize("accelerate", [True, False])
@@ -26,31 +33,46 @@ def test_the_dry_run_fills_every_row_eager_and_compiled(tmp_path, monkeypatch, a
         for row in report["training"][mode].values():
             assert row["tokens_per_step"] == 2 * row["batch"] * 8 and row["batch"] == 64 // 8
             assert row["tokens_per_s"] == pytest.approx(row["tokens_per_step"] / row["step_s"])
-            assert 0 < row["mfu_measured_peak"] and row["mfu_nominal_peak"] is None  # no nominal peak for a CPU
+            # no nominal peak for a CPU
+            assert 0 < row["mfu_measured_peak"] and row["mfu_nominal_peak"] is None
     assert set(report["decoding"]) == DECODED
-    assert {row["precision"] for row in report["decoding"].values()} == {fastest_precision("cpu")}  # "auto"
+    # "auto"
+    assert {row["precision"] for row in report["decoding"].values()} == {fastest_precision("cpu")}
     assert report["depth_pair"]["beam4"] == pytest.approx(
-        report["decoding"]["dwlstm 2+2"]["beam4"] / report["decoding"]["residual-prenorm 4+4"]["beam4"])
+        report["decoding"]["dwlstm 2+2"]["beam4"]
+        / report["decoding"]["residual-prenorm 4+4"]["beam4"]
+    )
     assert report["not_measured"] == {}
 
 
 def test_compiled_rows_past_the_budget_are_reported_not_measured(monkeypatch):
-    monkeypatch.setattr(gpu_benchmark, "training_row", lambda member, settings, compiled, peaks: {"row_s": 1000.0})
+    monkeypatch.setattr(
+        gpu_benchmark, "training_row", lambda member, settings, compiled, peaks: {"row_s": 1000.0}
+    )
     monkeypatch.setattr(gpu_benchmark, "decoding_rows", lambda settings: {})
     monkeypatch.setattr(gpu_benchmark, "depth_pair_ratios", lambda decoding, settings: {})
-    report = gpu_benchmark.run_gpu_benchmark(GpuBenchmarkSettings.tiny(members=("rezero", "marian", "dwlstm"),
-                                                                       budget_s=100), log=lambda line: None)
+    report = gpu_benchmark.run_gpu_benchmark(
+        GpuBenchmarkSettings.tiny(members=("rezero", "marian", "dwlstm"), budget_s=100),
+        log=lambda line: None,
+    )
     assert set(report["training"]["eager"]) == {"rezero", "marian", "dwlstm"}
-    assert report["training"]["compiled"] == {"dwlstm": {"row_s": 1000.0}}  # first in line; then over budget
+    # first in line; then over budget
+    assert report["training"]["compiled"] == {"dwlstm": {"row_s": 1000.0}}
     assert set(report["not_measured"]) == {"marian compiled", "rezero compiled"}
     assert "run again with --members rezero" in report["not_measured"]["rezero compiled"]
 
 
-@pytest.mark.parametrize("settings, message", [
-    (GpuBenchmarkSettings(device="cpu"), "No CUDA device: the GPU benchmark measures a GPU"),
-    (GpuBenchmarkSettings.tiny(members=("transformer",)), r"Unknown members \['transformer'\]"),
-    (GpuBenchmarkSettings.tiny(target_tokens=4), "target_tokens \\(4\\) must hold one sentence of length 8"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (GpuBenchmarkSettings(device="cpu"), "No CUDA device: the GPU benchmark measures a GPU"),
+        (GpuBenchmarkSettings.tiny(members=("transformer",)), r"Unknown members \['transformer'\]"),
+        (
+            GpuBenchmarkSettings.tiny(target_tokens=4),
+            "target_tokens \\(4\\) must hold one sentence of length 8",
+        ),
+    ],
+)
 def test_bad_settings_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
         settings.check()

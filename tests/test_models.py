@@ -26,12 +26,18 @@ def assert_gradients_reach_every_parameter(model):
 def assert_cached_steps_equal_full_forward(model, steps: int = 6):
     input_ids, decoder_input_ids = random_ids(2, 7), random_ids(2, steps, seed=3)
     with torch.no_grad():
-        full = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, use_cache=False).logits
+        full = model(
+            input_ids=input_ids, decoder_input_ids=decoder_input_ids, use_cache=False
+        ).logits
         encoder_outputs = model.get_encoder()(input_ids=input_ids)
         cache, step_logits = None, []
         for t in range(steps):
-            out = model(encoder_outputs=encoder_outputs, decoder_input_ids=decoder_input_ids[:, t : t + 1],
-                        use_cache=True, **{CACHE_FIELD: cache})  # as generate() passes it
+            out = model(
+                encoder_outputs=encoder_outputs,
+                decoder_input_ids=decoder_input_ids[:, t : t + 1],
+                use_cache=True,
+                **{CACHE_FIELD: cache},
+            )  # as generate() passes it
             cache = getattr(out, CACHE_FIELD)
             step_logits.append(out.logits)
     torch.testing.assert_close(torch.cat(step_logits, dim=1), full, rtol=1e-5, atol=1e-5)
@@ -39,7 +45,9 @@ def assert_cached_steps_equal_full_forward(model, steps: int = 6):
 
 def test_gradients_reach_every_parameter(case):
     model = tiny_model(case)
-    with torch.no_grad():  # ReZero starts at a = 0, where nothing below the decoder's scalars gets a gradient (test_rezero)
+    # ReZero starts at a = 0, where nothing below the decoder's scalars gets a gradient
+    # (test_rezero)
+    with torch.no_grad():
         for name, parameter in model.named_parameters():
             if name.endswith("residual_weight"):
                 parameter.fill_(0.5)
@@ -62,7 +70,8 @@ def test_save_load_round_trip_is_strict_and_exact(case, tmp_path):
 
 
 def test_remote_code_loads_without_the_package(tmp_path):
-    """Every member saved with auto_map loads with trust_remote_code in a process that cannot import us."""
+    """Every member saved with auto_map loads with trust_remote_code in a process that cannot
+    import us."""
     input_ids = random_ids(2, 7)
     for case in CASES:
         model = tiny_model(case)
@@ -70,7 +79,9 @@ def test_remote_code_loads_without_the_package(tmp_path):
         with torch.no_grad():
             logits = model(input_ids=input_ids, decoder_input_ids=input_ids[:, :4]).logits
         torch.save({"input_ids": input_ids, "logits": logits}, tmp_path / case / "expected.pt")
-        assert json.loads((tmp_path / case / "config.json").read_text())["auto_map"]["AutoModelForSeq2SeqLM"]
+        assert json.loads((tmp_path / case / "config.json").read_text())["auto_map"][
+            "AutoModelForSeq2SeqLM"
+        ]
     script = WITHOUT_PACKAGE + textwrap.dedent(
         """
         import sys, torch
@@ -83,11 +94,17 @@ def test_remote_code_loads_without_the_package(tmp_path):
                 logits = model(input_ids=expected["input_ids"], decoder_input_ids=expected["input_ids"][:, :4]).logits
             assert torch.equal(logits, expected["logits"]), case
             print("ok", case)
-        """
+        """  # noqa: E501
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run([sys.executable, "-c", script, *CASES], cwd=tmp_path, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", script, *CASES],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("ok ") == len(CASES)
 
@@ -106,7 +123,10 @@ def test_greedy_and_sampling_generate(case):
     model = tiny_model(case)
     input_ids = random_ids(2, 6)
     greedy = model.generate(input_ids, num_beams=1, do_sample=False, max_length=8)
-    assert torch.equal(greedy, model.generate(input_ids, num_beams=1, do_sample=False, max_length=8, use_cache=False))
+    assert torch.equal(
+        greedy,
+        model.generate(input_ids, num_beams=1, do_sample=False, max_length=8, use_cache=False),
+    )
     torch.manual_seed(0)
     sampled = model.generate(input_ids, do_sample=True, num_beams=1, top_k=5, max_length=8)
     assert sampled.shape[0] == 2 and int(sampled.max()) < model.config.vocab_size
@@ -121,9 +141,13 @@ def test_padded_batch_equals_each_sentence_alone(case):
     mask = (torch.arange(7)[None, :] < torch.tensor([[4], [7]])).long()
     decoder_input_ids = random_ids(2, 5, seed=7)
     with torch.no_grad():
-        batched = model(input_ids=batch, attention_mask=mask, decoder_input_ids=decoder_input_ids).logits
+        batched = model(
+            input_ids=batch, attention_mask=mask, decoder_input_ids=decoder_input_ids
+        ).logits
         for row, sentence in enumerate((short, long)):
-            alone = model(input_ids=sentence, decoder_input_ids=decoder_input_ids[row : row + 1]).logits
+            alone = model(
+                input_ids=sentence, decoder_input_ids=decoder_input_ids[row : row + 1]
+            ).logits
             torch.testing.assert_close(batched[row : row + 1], alone, rtol=1e-5, atol=1e-5)
     generated = model.generate(batch, attention_mask=mask, num_beams=4, max_length=9)
     for row, sentence in enumerate((short, long)):
@@ -135,17 +159,24 @@ def test_padded_batch_equals_each_sentence_alone(case):
 def test_hidden_states_and_attentions(case):
     model = tiny_model(case)
     config = model.config
-    out = model(input_ids=random_ids(2, 7), decoder_input_ids=random_ids(2, 5),
-                output_hidden_states=True, output_attentions=True)
+    out = model(
+        input_ids=random_ids(2, 7),
+        decoder_input_ids=random_ids(2, 5),
+        output_hidden_states=True,
+        output_attentions=True,
+    )
     assert len(out.encoder_hidden_states) == config.encoder_layers + 1
     assert len(out.decoder_hidden_states) == config.decoder_layers + 1
     assert torch.equal(out.encoder_hidden_states[-1], out.encoder_last_hidden_state)
     assert all(h.shape == (2, 7, config.d_model) for h in out.encoder_hidden_states)
     assert len(out.encoder_attentions) == config.encoder_layers
     assert out.cross_attentions[0].shape == (2, config.decoder_attention_heads, 5, 7)
-    torch.testing.assert_close(out.cross_attentions[0].sum(-1), torch.ones(2, config.decoder_attention_heads, 5))
+    torch.testing.assert_close(
+        out.cross_attentions[0].sum(-1), torch.ones(2, config.decoder_attention_heads, 5)
+    )
     plain = model(input_ids=random_ids(2, 7), decoder_input_ids=random_ids(2, 5))
-    torch.testing.assert_close(plain.logits, out.logits, rtol=1e-5, atol=1e-5)  # SDPA path == explicit weights path
+    # SDPA path == explicit weights path
+    torch.testing.assert_close(plain.logits, out.logits, rtol=1e-5, atol=1e-5)
 
 
 def test_loss_is_label_smoothed_cross_entropy_over_non_padding():
@@ -161,9 +192,18 @@ def test_loss_is_label_smoothed_cross_entropy_over_non_padding():
 
 @pytest.mark.parametrize(
     "checkpointed_case",
-    ["dwlstm-two-lstm", "highway-sdu-tanh-up-to-layer-1", "rnn-glu-shared-hidden-concat", "dlcl-pre-learned", "ta-post"],
+    [
+        "dwlstm-two-lstm",
+        "highway-sdu-tanh-up-to-layer-1",
+        "rnn-glu-shared-hidden-concat",
+        "dlcl-pre-learned",
+        "ta-post",
+    ],
 )
-@pytest.mark.parametrize("options", [{}, {"activation_checkpointing_kwargs": {"use_reentrant": True}}, {"every_n_layers": 2}])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"activation_checkpointing_kwargs": {"use_reentrant": True}}, {"every_n_layers": 2}],
+)
 def test_gradient_checkpointing_gives_the_same_gradients(checkpointed_case, options):
     """transformers' own mechanism (GradientCheckpointingLayer): its options reach our layers."""
 
@@ -178,7 +218,9 @@ def test_gradient_checkpointing_gives_the_same_gradients(checkpointed_case, opti
     model.activation_checkpointing_enable(**options)
     layers = [*model.model.encoder.layers, *model.model.decoder.layers]
     step = options.get("every_n_layers", 1)
-    assert [layer.gradient_checkpointing for layer in layers] == [i % step == 0 for i in range(len(layers))]
+    assert [layer.gradient_checkpointing for layer in layers] == [
+        i % step == 0 for i in range(len(layers))
+    ]
     for name, grad in gradients(model).items():
         torch.testing.assert_close(grad, expected[name], rtol=1e-5, atol=1e-6, msg=name)
 
@@ -214,6 +256,12 @@ def test_given_cache_is_used_even_when_config_disables_caching():
     input_ids, decoder_input_ids = random_ids(2, 7), random_ids(2, 4, seed=3)
     with torch.no_grad():
         full = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits
-        first = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids[:, :3], use_cache=True)
-        last = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids[:, 3:], **{CACHE_FIELD: getattr(first, CACHE_FIELD)})
+        first = model(
+            input_ids=input_ids, decoder_input_ids=decoder_input_ids[:, :3], use_cache=True
+        )
+        last = model(
+            input_ids=input_ids,
+            decoder_input_ids=decoder_input_ids[:, 3:],
+            **{CACHE_FIELD: getattr(first, CACHE_FIELD)},
+        )
     torch.testing.assert_close(last.logits, full[:, 3:], rtol=1e-5, atol=1e-5)

@@ -2,9 +2,9 @@
 
 One run of the whole path a user takes (README "Multi30k from a local folder"): joint BPE on the
 training pairs, `train_translation` (Seq2SeqTrainer, token-budget batches, the papers' optimiser and
-schedule) of a small depth-wise LSTM model with a checkpoint every 100 steps, the average of the last
-checkpoints, and `run_evaluation` (beam search, sacreBLEU, tokenized BLEU, chrF) on the flickr 2016 test
-set against the untrained model.
+schedule) of a small depth-wise LSTM model with a checkpoint every 100 steps, the average of the
+last checkpoints, and `run_evaluation` (beam search, sacreBLEU, tokenized BLEU, chrF) on the flickr
+2016 test set against the untrained model.
 """
 
 import itertools
@@ -30,17 +30,33 @@ pytestmark = [
 ]
 
 MODEL = {
-    "model_type": "dwlstm", "d_model": 64, "ffn_dim": 128, "encoder_layers": 2, "decoder_layers": 2,
-    "encoder_attention_heads": 4, "decoder_attention_heads": 4, "dropout": 0.1, "max_position_embeddings": 128,
+    "model_type": "dwlstm",
+    "d_model": 64,
+    "ffn_dim": 128,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "dropout": 0.1,
+    "max_position_embeddings": 128,
 }
 STEPS, SAVE_EVERY, AVERAGE_LAST, TEST_SENTENCES = 300, 100, 2, 100
 
 
 def evaluate(model_dir, output_dir):
-    return run_evaluation(EvaluationArguments(
-        model=str(model_dir), output_dir=str(output_dir), data=str(MULTI30K), split="test_2016_flickr",
-        source_lang="en", target_lang="de", max_pairs=TEST_SENTENCES, num_beams=4, max_new_tokens=40,
-    ))
+    return run_evaluation(
+        EvaluationArguments(
+            model=str(model_dir),
+            output_dir=str(output_dir),
+            data=str(MULTI30K),
+            split="test_2016_flickr",
+            source_lang="en",
+            target_lang="de",
+            max_pairs=TEST_SENTENCES,
+            num_beams=4,
+            max_new_tokens=40,
+        )
+    )
 
 
 def test_multi30k_train_average_evaluate(tmp_path):
@@ -50,13 +66,32 @@ def test_multi30k_train_average_evaluate(tmp_path):
     (tmp_path / "model.json").write_text(json.dumps(MODEL))
     run = tmp_path / "run"
     trainer = train_translation(
-        ModelArguments(model_name_or_path=str(tmp_path / "model.json"), tokenizer_name_or_path=str(tmp_path / "tokenizer")),
-        DataArguments(dataset=str(MULTI30K), source_lang="en", target_lang="de", validation_split="val",
-                      max_train_pairs=3000, max_validation_pairs=200, max_tokens=1024),
+        ModelArguments(
+            model_name_or_path=str(tmp_path / "model.json"),
+            tokenizer_name_or_path=str(tmp_path / "tokenizer"),
+        ),
+        DataArguments(
+            dataset=str(MULTI30K),
+            source_lang="en",
+            target_lang="de",
+            validation_split="val",
+            max_train_pairs=3000,
+            max_validation_pairs=200,
+            max_tokens=1024,
+        ),
         TranslationTrainingArguments(
-            output_dir=str(run), max_steps=STEPS, warmup_steps=50, learning_rate=3e-3, save_steps=SAVE_EVERY,
-            eval_strategy="steps", eval_steps=SAVE_EVERY, eval_on_start=True, logging_steps=50, use_cpu=True,
-            seed=0, disable_tqdm=True,
+            output_dir=str(run),
+            max_steps=STEPS,
+            warmup_steps=50,
+            learning_rate=3e-3,
+            save_steps=SAVE_EVERY,
+            eval_strategy="steps",
+            eval_steps=SAVE_EVERY,
+            eval_on_start=True,
+            logging_steps=50,
+            use_cpu=True,
+            seed=0,
+            disable_tqdm=True,
         ),
     )
     losses = [entry["eval_loss"] for entry in trainer.state.log_history if "eval_loss" in entry]
@@ -70,18 +105,27 @@ def test_multi30k_train_average_evaluate(tmp_path):
     model = AutoModelForSeq2SeqLM.from_pretrained(averaged)
     assert model.config.model_type == "dwlstm" and model.config.d_model == 64
 
-    # The untrained model: the same config and tokenizer, freshly initialised (the run's starting point).
+    # The untrained model: the same config and tokenizer, freshly initialised (the run's
+    # starting point).
     untrained_dir = tmp_path / "untrained"
     AutoModelForSeq2SeqLM.from_config(model.config).save_pretrained(untrained_dir)
     tokenizer.save_pretrained(untrained_dir)
 
-    trained, untrained = evaluate(averaged, tmp_path / "eval"), evaluate(untrained_dir, tmp_path / "eval-untrained")
-    print(f"Multi30k en->de, {STEPS} steps: validation loss {' -> '.join(f'{loss:.2f}' for loss in losses)}; "
-          f"test BLEU (first {TEST_SENTENCES}, averaged last {AVERAGE_LAST}) {untrained['sacrebleu']} -> "
-          f"{trained['sacrebleu']}, chrF {untrained['chrf']} -> {trained['chrf']}, "
-          f"{trained['sentences_per_second']} sentences/s")
+    trained, untrained = (
+        evaluate(averaged, tmp_path / "eval"),
+        evaluate(untrained_dir, tmp_path / "eval-untrained"),
+    )
+    print(
+        f"Multi30k en->de, {STEPS} steps: validation loss "
+        f"{' -> '.join(f'{loss:.2f}' for loss in losses)}; test BLEU (first {TEST_SENTENCES}, "
+        f"averaged last {AVERAGE_LAST}) {untrained['sacrebleu']} -> {trained['sacrebleu']}, chrF "
+        f"{untrained['chrf']} -> {trained['chrf']}, {trained['sentences_per_second']} sentences/s"
+    )
     hypotheses = (tmp_path / "eval" / "hypotheses.txt").read_text(encoding="utf-8").splitlines()
     assert trained["sentences"] == TEST_SENTENCES == len(hypotheses)
     assert "tok:13a" in trained["sacrebleu_signature"]
-    assert trained["sacrebleu"] > untrained["sacrebleu"] and trained["tokenized_bleu"] > untrained["tokenized_bleu"]
+    assert (
+        trained["sacrebleu"] > untrained["sacrebleu"]
+        and trained["tokenized_bleu"] > untrained["tokenized_bleu"]
+    )
     assert trained["chrf"] > untrained["chrf"] + 10

@@ -1,6 +1,7 @@
-"""Nothing dropped, doubled, replaced or silently wrong: input that is accepted reaches the output whole and aligned
-(odd line ends and characters, empty sources and batches, compressed files, decomposed accents), every pair that must
-be dropped is counted in the log, and options mean what they say.
+"""Nothing dropped, doubled, replaced or silently wrong: input that is accepted reaches the output
+whole and aligned (odd line ends and characters, empty sources and batches, compressed files,
+decomposed accents), every pair that must be dropped is counted in the log, and options mean what
+they say.
 
 A new test of a result that came out silently wrong, or of input that went missing, goes here."""
 
@@ -21,14 +22,28 @@ from safetensors.torch import save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from modeling_dwlstm import DwLstmConfig, HighwayTransformerConfig, building_blocks
-from modeling_dwlstm.tokenization_dwlstm import normalizes_unicode, tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from modeling_dwlstm.tokenization_dwlstm import (
+    normalizes_unicode,
+    tokenizer_model_kwargs,
+    train_joint_bpe_tokenizer,
+)
 from nmt_toolkit.checkpoints import load_saved_model, record_saved_folder
 from nmt_toolkit.commands import translate as translate_command
 from nmt_toolkit.data import load_parallel_corpus
-from nmt_toolkit.evaluation import EvaluationArguments, run_evaluation, score_translations, translate_sentences
+from nmt_toolkit.evaluation import (
+    EvaluationArguments,
+    run_evaluation,
+    score_translations,
+    translate_sentences,
+)
 from nmt_toolkit.files import read_lines, split_lines, write_checksums
 from nmt_toolkit.lab import experiments
-from nmt_toolkit.lab.experiments import load_experiment, read_record, run_experiments, write_results_table
+from nmt_toolkit.lab.experiments import (
+    load_experiment,
+    read_record,
+    run_experiments,
+    write_results_table,
+)
 from nmt_toolkit.quickstart_corpus import write_corpus
 from nmt_toolkit.training import (
     DataArguments,
@@ -39,20 +54,36 @@ from nmt_toolkit.training import (
     train_translation,
 )
 
-pytestmark = [pytest.mark.usefixtures("one_thread"),
-              pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k is not at {MULTI30K}")]
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k is not at {MULTI30K}"),
+]
 
 
-SENTENCES = ["a man rides a horse .", "ein mann reitet ein pferd .", "two dogs play .", "zwei hunde spielen ."] * 5
+SENTENCES = [
+    "a man rides a horse .",
+    "ein mann reitet ein pferd .",
+    "two dogs play .",
+    "zwei hunde spielen .",
+] * 5
 
 
 @pytest.fixture(scope="module")
 def saved_with_checksums(tmp_path_factory):
-    """A tiny saved model folder (weights, config, tokenizer, checksum manifest) and its tokenizer."""
+    """A tiny saved model folder (weights, config, tokenizer, checksum manifest) and its
+    tokenizer."""
     folder = tmp_path_factory.mktemp("saved") / "model"
     tokenizer = train_joint_bpe_tokenizer(SENTENCES, vocab_size=60)
-    config = DwLstmConfig(**tokenizer_model_kwargs(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
-                          encoder_attention_heads=2, decoder_attention_heads=2, ffn_dim=16, max_position_embeddings=12)
+    config = DwLstmConfig(
+        **tokenizer_model_kwargs(tokenizer),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        ffn_dim=16,
+        max_position_embeddings=12,
+    )
     torch.manual_seed(0)
     model = AutoModelForSeq2SeqLM.from_config(config).eval()
     model.save_pretrained(folder)
@@ -68,11 +99,21 @@ def write_pair(folder: Path, english: str, german: str, split: str = "test") -> 
     return folder
 
 
-def save_model_of_pairs(folder: Path, tokenizer, language_pairs: list[str], config_class=DwLstmConfig) -> Path:
+def save_model_of_pairs(
+    folder: Path, tokenizer, language_pairs: list[str], config_class=DwLstmConfig
+) -> Path:
     torch.manual_seed(0)
-    config = config_class(**tokenizer_model_kwargs(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
-                          encoder_attention_heads=2, decoder_attention_heads=2, ffn_dim=16,
-                          max_position_embeddings=128, language_pairs=language_pairs)
+    config = config_class(
+        **tokenizer_model_kwargs(tokenizer),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        ffn_dim=16,
+        max_position_embeddings=128,
+        language_pairs=language_pairs,
+    )
     AutoModelForSeq2SeqLM.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     write_checksums(folder)
@@ -81,21 +122,29 @@ def save_model_of_pairs(folder: Path, tokenizer, language_pairs: list[str], conf
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """A bilingual en-de model (no tags) and a multilingual one with the tags <2de>, <2en>, <2fr> (not <2cs>)."""
+    """A bilingual en-de model (no tags) and a multilingual one with the tags <2de>, <2en>, <2fr>
+    (not <2cs>)."""
     folder = tmp_path_factory.mktemp("models")
-    texts = {language: read_multi30k("train", language, 60) for language in ("en", "de", "fr", "cs")}
+    texts = {
+        language: read_multi30k("train", language, 60) for language in ("en", "de", "fr", "cs")
+    }
     every_text = [text for language_texts in texts.values() for text in language_texts]
     bilingual = train_joint_bpe_tokenizer(texts["en"] + texts["de"] + texts["cs"], vocab_size=400)
-    tagged = train_joint_bpe_tokenizer(every_text, vocab_size=500, language_tags=["<2de>", "<2en>", "<2fr>"])
+    tagged = train_joint_bpe_tokenizer(
+        every_text, vocab_size=500, language_tags=["<2de>", "<2en>", "<2fr>"]
+    )
     return {
         "bilingual": save_model_of_pairs(folder / "bilingual", bilingual, ["en-de"]),
-        "multilingual": save_model_of_pairs(folder / "multilingual", tagged, ["en-de", "de-en", "en-fr", "fr-en"]),
+        "multilingual": save_model_of_pairs(
+            folder / "multilingual", tagged, ["en-de", "de-en", "en-fr", "fr-en"]
+        ),
     }
 
 
 @contextlib.contextmanager
 def at_most(seconds: int):
     """A hang becomes a failure (SIGALRM; the tests run in the main thread)."""
+
     def stop(*_):
         raise TimeoutError(f"still running after {seconds} s")
 
@@ -109,26 +158,48 @@ def at_most(seconds: int):
 
 
 def tiny_training(tmp_path: Path, output_dir: Path, **training) -> tuple:
-    """A one-step training run of a tiny model on two pairs (its tokenizer and data made once under `tmp_path`)."""
+    """A one-step training run of a tiny model on two pairs (its tokenizer and data made once under
+    `tmp_path`)."""
     data = tmp_path / "data"
     if not data.exists():
         write_pair(data, "a man .\ntwo dogs .\n", "ein mann .\nzwei hunde .\n", "train")
-        train_joint_bpe_tokenizer(["a man .", "two dogs .", "ein mann .", "zwei hunde ."],
-                                  vocab_size=60).save_pretrained(tmp_path / "tokenizer")
-        (tmp_path / "tiny.json").write_text(json.dumps({"model_type": "dwlstm", "d_model": 16, "ffn_dim": 16,
-                                                        "encoder_layers": 1, "decoder_layers": 1,
-                                                        "encoder_attention_heads": 2, "decoder_attention_heads": 2}))
-    return (ModelArguments(str(tmp_path / "tiny.json"), str(tmp_path / "tokenizer")),
-            DataArguments(dataset=str(data), source_lang="en", target_lang="de"),
-            TranslationTrainingArguments(output_dir=str(output_dir), **{"max_steps": 1, "use_cpu": True, **training}))
+        train_joint_bpe_tokenizer(
+            ["a man .", "two dogs .", "ein mann .", "zwei hunde ."], vocab_size=60
+        ).save_pretrained(tmp_path / "tokenizer")
+        (tmp_path / "tiny.json").write_text(
+            json.dumps(
+                {
+                    "model_type": "dwlstm",
+                    "d_model": 16,
+                    "ffn_dim": 16,
+                    "encoder_layers": 1,
+                    "decoder_layers": 1,
+                    "encoder_attention_heads": 2,
+                    "decoder_attention_heads": 2,
+                }
+            )
+        )
+    return (
+        ModelArguments(str(tmp_path / "tiny.json"), str(tmp_path / "tokenizer")),
+        DataArguments(dataset=str(data), source_lang="en", target_lang="de"),
+        TranslationTrainingArguments(
+            output_dir=str(output_dir), **{"max_steps": 1, "use_cpu": True, **training}
+        ),
+    )
 
 
 def nfd(texts: list[str]) -> list[str]:
     return [unicodedata.normalize("NFD", text) for text in texts]
 
 
-SIX_SENTENCES = ["a man rides a horse .", "two dogs play in the snow .", "ein mann reitet ein pferd .",
-             "zwei hunde spielen im schnee .", "a woman reads .", "eine frau liest ."]
+SIX_SENTENCES = [
+    "a man rides a horse .",
+    "two dogs play in the snow .",
+    "ein mann reitet ein pferd .",
+    "zwei hunde spielen im schnee .",
+    "a woman reads .",
+    "eine frau liest .",
+]
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +207,17 @@ def model(tmp_path_factory) -> Path:
     """A tiny saved en-de model with its tokenizer, checksums and fingerprint."""
     tokenizer = train_joint_bpe_tokenizer(SIX_SENTENCES, vocab_size=80)
     torch.manual_seed(0)
-    config = DwLstmConfig(**tokenizer_model_kwargs(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
-                          encoder_attention_heads=2, decoder_attention_heads=2, ffn_dim=16, max_position_embeddings=64,
-                          language_pairs=["en-de"])
+    config = DwLstmConfig(
+        **tokenizer_model_kwargs(tokenizer),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        ffn_dim=16,
+        max_position_embeddings=64,
+        language_pairs=["en-de"],
+    )
     folder = tmp_path_factory.mktemp("model") / "model"
     AutoModelForSeq2SeqLM.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -146,24 +225,40 @@ def model(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("inside", ["\u2028", "\u2029", "\u0085", "\x0c", "\x0b", "\x1c", "\x1d", "\x1e", "\r"])
+@pytest.mark.parametrize(
+    "inside", ["\u2028", "\u2029", "\u0085", "\x0c", "\x0b", "\x1c", "\x1d", "\x1e", "\r"]
+)
 def test_characters_that_splitlines_breaks_on_stay_inside_a_line_everywhere(inside, tmp_path):
     text = f"one{inside}sentence\nsecond\r\nthird\n"
     assert split_lines(text) == [f"one{inside}sentence", "second", "third"]
     for language in ("en", "de"):
         (tmp_path / f"test.{language}").write_bytes(text.encode("utf-8"))
     assert read_lines(tmp_path / "test.en") == split_lines(text)
-    corpus = load_parallel_corpus(tmp_path, "en", "de", "test")["translation"]  # the training reader: same lines
+    # the training reader: same lines
+    corpus = load_parallel_corpus(tmp_path, "en", "de", "test")["translation"]
     assert [pair["en"] for pair in corpus] == split_lines(text)
 
 
-def test_evaluation_keeps_sources_and_references_aligned_across_odd_characters(saved_with_checksums, tmp_path):
+def test_evaluation_keeps_sources_and_references_aligned_across_odd_characters(
+    saved_with_checksums, tmp_path
+):
     folder, _, _ = saved_with_checksums
-    (tmp_path / "src.txt").write_text("a man\u2028rides .\ntwo\x0cdogs .\n\nzwei hunde\u0085 .\n", encoding="utf-8")
-    (tmp_path / "ref.txt").write_text("ein mann reitet .\nzwei hunde .\n\nzwei hunde .\n", encoding="utf-8")
-    results = run_evaluation(EvaluationArguments(
-        model=str(folder), output_dir=str(tmp_path / "eval"), source_file=str(tmp_path / "src.txt"),
-        reference_file=str(tmp_path / "ref.txt"), num_beams=1, max_new_tokens=3))
+    (tmp_path / "src.txt").write_text(
+        "a man\u2028rides .\ntwo\x0cdogs .\n\nzwei hunde\u0085 .\n", encoding="utf-8"
+    )
+    (tmp_path / "ref.txt").write_text(
+        "ein mann reitet .\nzwei hunde .\n\nzwei hunde .\n", encoding="utf-8"
+    )
+    results = run_evaluation(
+        EvaluationArguments(
+            model=str(folder),
+            output_dir=str(tmp_path / "eval"),
+            source_file=str(tmp_path / "src.txt"),
+            reference_file=str(tmp_path / "ref.txt"),
+            num_beams=1,
+            max_new_tokens=3,
+        )
+    )
     hypotheses = read_lines(tmp_path / "eval" / "hypotheses.txt")
     assert results["sentences"] == 4 and len(hypotheses) == 4
     assert hypotheses[2] == "", "an empty source line gets an empty translation, in its own place"
@@ -173,10 +268,18 @@ def test_empty_sources_translate_to_empty_text_without_decoding(saved_with_check
     _, model, tokenizer = saved_with_checksums
     calls = []
     original = model.generate
-    monkeypatch.setattr(model, "generate", lambda **kwargs: calls.append(kwargs["input_ids"].shape[0]) or original(**kwargs))
-    translations = translate_sentences(model, tokenizer, ["", "  ", "a man ."], num_beams=1, max_new_tokens=3)
+    monkeypatch.setattr(
+        model,
+        "generate",
+        lambda **kwargs: calls.append(kwargs["input_ids"].shape[0]) or original(**kwargs),
+    )
+    translations = translate_sentences(
+        model, tokenizer, ["", "  ", "a man ."], num_beams=1, max_new_tokens=3
+    )
     assert translations.hypotheses[:2] == ["", ""] and calls == [1]
-    assert translate_sentences(model, tokenizer, [""], num_beams=1).hypotheses == [""] and calls == [1]
+    assert translate_sentences(model, tokenizer, [""], num_beams=1).hypotheses == [
+        ""
+    ] and calls == [1]
 
 
 def test_pipeline_empty_text_none_and_empty_list(saved_with_checksums, monkeypatch):
@@ -184,11 +287,15 @@ def test_pipeline_empty_text_none_and_empty_list(saved_with_checksums, monkeypat
     translator = pipeline("translation", model=model, tokenizer=tokenizer)
     calls = []
     original = model.generate
-    monkeypatch.setattr(model, "generate", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    monkeypatch.setattr(
+        model, "generate", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs)
+    )
     assert translator("") == [{"translation_text": ""}] and not calls
     assert translator("   ", num_return_sequences=2, num_beams=2) == [{"translation_text": ""}] * 2
     mixed = translator(["", "a man .", ""], max_new_tokens=3, num_beams=1)
-    assert mixed[0] == mixed[2] == {"translation_text": ""} and isinstance(mixed[1]["translation_text"], str)
+    assert mixed[0] == mixed[2] == {"translation_text": ""} and isinstance(
+        mixed[1]["translation_text"], str
+    )
     assert calls == [1]
     assert translator([]) == []
     with pytest.raises(ValueError, match="needs a text or a list of texts, got None"):
@@ -211,91 +318,148 @@ def test_config_round_trips_through_dict():
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager", "decoding_step"])
 def test_an_empty_batch_gives_empty_logits(case, attention, monkeypatch):
-    """Cross-attention keys of fewer rows than the queries are shared by beams; an empty batch has no rows at all
-    and must not be taken for that (it divided by zero). Every member, SDPA, eager attention, and the two matrix
-    products of a decoding step (forced by a threshold of 0), with and without the cache."""
+    """Cross-attention keys of fewer rows than the queries are shared by beams; an empty batch has
+    no rows at all and must not be taken for that (it divided by zero). Every member, SDPA, eager
+    attention, and the two matrix products of a decoding step (forced by a threshold of 0), with and
+    without the cache."""
     model = tiny_model(case)
     model.set_attn_implementation("eager" if attention == "eager" else "sdpa")
     steps = []
     if attention == "decoding_step":
         monkeypatch.setattr(building_blocks, "DECODING_STEP_MIN_QUERIES", 0)
         real = building_blocks.decoding_step_attention
-        monkeypatch.setattr(building_blocks, "decoding_step_attention",
-                            lambda *args, **kwargs: steps.append(1) or real(*args, **kwargs))
+        monkeypatch.setattr(
+            building_blocks,
+            "decoding_step_attention",
+            lambda *args, **kwargs: steps.append(1) or real(*args, **kwargs),
+        )
     source = random_ids(2, 5)[:0]
     with torch.no_grad():
         whole = model(input_ids=source, decoder_input_ids=random_ids(2, 3)[:0])
         first = model(input_ids=source, decoder_input_ids=random_ids(2, 1)[:0], use_cache=True)
         encoded = model.get_encoder()(input_ids=source)
-        second = model(encoder_outputs=encoded, decoder_input_ids=random_ids(2, 1)[:0],
-                       past_key_values=first.past_key_values)
+        second = model(
+            encoder_outputs=encoded,
+            decoder_input_ids=random_ids(2, 1)[:0],
+            past_key_values=first.past_key_values,
+        )
     assert whole.logits.shape == (0, 3, 40)
     assert first.logits.shape == second.logits.shape == (0, 1, 40)
     assert (len(steps) > 0) == (attention == "decoding_step")
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
-    folder = write_pair(tmp_path / "data", "\ufeffa man .\ntwo dogs .\n", "\ufeffein mann .\nzwei hunde .\n")
+    folder = write_pair(
+        tmp_path / "data", "\ufeffa man .\ntwo dogs .\n", "\ufeffein mann .\nzwei hunde .\n"
+    )
     assert read_lines(folder / "test.de") == ["ein mann .", "zwei hunde ."]
-    assert load_parallel_corpus(folder, "en", "de", "test")["translation"][0] == {"en": "a man .", "de": "ein mann ."}
-    (tmp_path / "pairs.jsonl").write_text('\ufeff{"en": "a man .", "de": "ein mann ."}\n', encoding="utf-8")
+    assert load_parallel_corpus(folder, "en", "de", "test")["translation"][0] == {
+        "en": "a man .",
+        "de": "ein mann .",
+    }
+    (tmp_path / "pairs.jsonl").write_text(
+        '\ufeff{"en": "a man .", "de": "ein mann ."}\n', encoding="utf-8"
+    )
     assert len(load_parallel_corpus(tmp_path / "pairs.jsonl", "en", "de")) == 1
 
 
 def test_training_still_takes_epochs_with_max_steps_minus_one(tmp_path):
-    *_, training = parse_training_arguments(["--model_name_or_path", "m.json", "--dataset", "d", "--output_dir",
-                                             str(tmp_path), "--max_steps", "-1", "--num_train_epochs", "2"])
+    *_, training = parse_training_arguments(
+        [
+            "--model_name_or_path",
+            "m.json",
+            "--dataset",
+            "d",
+            "--output_dir",
+            str(tmp_path),
+            "--max_steps",
+            "-1",
+            "--num_train_epochs",
+            "2",
+        ]
+    )
     assert (training.max_steps, training.num_train_epochs) == (-1, 2)
 
 
-def test_the_pipeline_tags_a_many_to_one_models_input_and_refuses_to_guess_a_target(models, tmp_path):
+def test_the_pipeline_tags_a_many_to_one_models_input_and_refuses_to_guess_a_target(
+    models, tmp_path
+):
     tokenizer = AutoTokenizer.from_pretrained(models["multilingual"])  # tags <2de>, <2en>, <2fr>
-    many_to_one = pipeline("translation", model=str(save_model_of_pairs(tmp_path / "m2o", tokenizer, ["de-en", "fr-en"])))
+    many_to_one = pipeline(
+        "translation",
+        model=str(save_model_of_pairs(tmp_path / "m2o", tokenizer, ["de-en", "fr-en"])),
+    )
     tag = tokenizer.convert_tokens_to_ids("<2en>")
     assert many_to_one.preprocess("Ein Mann.")["input_ids"][0, 0] == tag
     settings = dict(num_beams=1, max_new_tokens=3)
-    assert many_to_one("Ein Mann.", **settings) == many_to_one("Ein Mann.", tgt_lang="en", **settings)
-    unknown = pipeline("translation", model=str(save_model_of_pairs(tmp_path / "no-pairs", tokenizer, [])))
-    with pytest.raises(ValueError, match=r"reserves the language tags \['de', 'en', 'fr'\].*Pass tgt_lang"):
+    assert many_to_one("Ein Mann.", **settings) == many_to_one(
+        "Ein Mann.", tgt_lang="en", **settings
+    )
+    unknown = pipeline(
+        "translation", model=str(save_model_of_pairs(tmp_path / "no-pairs", tokenizer, []))
+    )
+    with pytest.raises(
+        ValueError, match=r"reserves the language tags \['de', 'en', 'fr'\].*Pass tgt_lang"
+    ):
         unknown("Ein Mann.", **settings)
 
 
 def test_streaming_logs_the_pairs_it_drops_and_stops_when_it_can_keep_none(tmp_path, caplog):
     model_args, data_args, training_args = tiny_training(tmp_path, tmp_path / "run", max_steps=2)
     long_pair = " ".join(["word"] * 3000)
-    write_pair(tmp_path / "data", f"a man .\n{long_pair}\ntwo dogs .\n", f"ein mann .\n{long_pair}\nzwei hunde .\n",
-               "train")
+    write_pair(
+        tmp_path / "data",
+        f"a man .\n{long_pair}\ntwo dogs .\n",
+        f"ein mann .\n{long_pair}\nzwei hunde .\n",
+        "train",
+    )
     streamed = dataclasses.replace(data_args, streaming=True, stream_buffer_pairs=3)
     with caplog.at_level(logging.INFO, logger="nmt_toolkit.streaming"):
         train_translation(model_args, streamed, training_args)
     assert "dropped 1 of 3 pairs longer than 256 tokens on a side" in caplog.text
     training_args = dataclasses.replace(training_args, output_dir=str(tmp_path / "run-2"))
-    with at_most(120), pytest.raises(ValueError, match=r"Every one of the (stream's|first) 3 pairs .* longer than "
-                                                        r"--max_length 3 tokens on a side.*raise --max_length"):
+    with (
+        at_most(120),
+        pytest.raises(
+            ValueError,
+            match=r"Every one of the (stream's|first) 3 pairs .* longer than "
+            r"--max_length 3 tokens on a side.*raise --max_length",
+        ),
+    ):
         train_translation(model_args, dataclasses.replace(streamed, max_length=3), training_args)
 
 
 def test_a_config_override_of_a_field_that_defaults_to_none_is_applied():
-    config = HighwayTransformerConfig(d_model=16, encoder_attention_heads=2, decoder_attention_heads=2)
-    apply_config_overrides(config, "sdu_layers=1")  # a TypeError from transformers before (no type to convert to)
+    config = HighwayTransformerConfig(
+        d_model=16, encoder_attention_heads=2, decoder_attention_heads=2
+    )
+    # a TypeError from transformers before (no type to convert to)
+    apply_config_overrides(config, "sdu_layers=1")
     assert config.sdu_layers == 1
     with pytest.raises(ValueError, match="`sdu_layers` must be an integer >= 1, got 'x'"):
-        apply_config_overrides(HighwayTransformerConfig(d_model=16, encoder_attention_heads=2,
-                                                        decoder_attention_heads=2), "sdu_layers=x")
+        apply_config_overrides(
+            HighwayTransformerConfig(
+                d_model=16, encoder_attention_heads=2, decoder_attention_heads=2
+            ),
+            "sdu_layers=x",
+        )
 
 
 def test_decomposed_accents_read_as_composed_ones_in_new_tokenizers(models, tmp_path, caplog):
     german = read_multi30k("val", "de", 20)
-    assert sum(text != unicodedata.normalize("NFD", text) for text in german) >= 10  # umlauts and ß to decompose
+    # umlauts and ß to decompose
+    assert sum(text != unicodedata.normalize("NFD", text) for text in german) >= 10
     tokenizer = train_joint_bpe_tokenizer(nfd(read_multi30k("train", "de", 300)), vocab_size=300)
-    assert tokenizer(nfd(german))["input_ids"] == tokenizer(german)["input_ids"]  # trained on NFD, read as NFC
+    # trained on NFD, read as NFC
+    assert tokenizer(nfd(german))["input_ids"] == tokenizer(german)["input_ids"]
     assert "ü" in "".join(tokenizer.get_vocab()) and "\u0308" not in "".join(tokenizer.get_vocab())
     tokenizer.save_pretrained(tmp_path / "new")
     assert normalizes_unicode(AutoTokenizer.from_pretrained(tmp_path / "new"))
     # Scoring compares in NFC too: a decomposed reference matches the composed hypothesis.
     assert score_translations(german, nfd(german))["sacrebleu"] == 100.0
 
-    # A tokenizer saved before keeps its behaviour (no normalizer), and says so when text is not in NFC.
+    # A tokenizer saved before keeps its behaviour (no normalizer), and says so when text is not
+    # in NFC.
     old = AutoTokenizer.from_pretrained(models["bilingual"])
     old.backend_tokenizer.normalizer = None
     old.save_pretrained(tmp_path / "old")
@@ -306,7 +470,10 @@ def test_decomposed_accents_read_as_composed_ones_in_new_tokenizers(models, tmp_
         translate_sentences(model, old, german, num_beams=1, max_new_tokens=2)
         assert "not in Unicode NFC" not in caplog.text
         translate_sentences(model, old, nfd(german), num_beams=1, max_new_tokens=2)
-    assert "of 20 sources are not in Unicode NFC" in caplog.text and "train a new tokenizer" in caplog.text
+    assert (
+        "of 20 sources are not in Unicode NFC" in caplog.text
+        and "train a new tokenizer" in caplog.text
+    )
 
 
 def test_a_compressed_test_set_is_evaluated_like_a_plain_one(model, tmp_path):
@@ -314,15 +481,24 @@ def test_a_compressed_test_set_is_evaluated_like_a_plain_one(model, tmp_path):
     folder.mkdir()
     for language, text in (("en", "a man .\ntwo dogs .\n"), ("de", "ein mann .\nzwei hunde .\n")):
         (folder / f"test.{language}.gz").write_bytes(gzip.compress(text.encode()))
-    results = run_evaluation(EvaluationArguments(model=str(model), output_dir=str(tmp_path / "eval"), num_beams=1,
-                                                 max_new_tokens=2, source_file=str(folder / "test.en.gz"),
-                                                 reference_file=str(folder / "test.de.gz"), target_lang="de"))
+    results = run_evaluation(
+        EvaluationArguments(
+            model=str(model),
+            output_dir=str(tmp_path / "eval"),
+            num_beams=1,
+            max_new_tokens=2,
+            source_file=str(folder / "test.en.gz"),
+            reference_file=str(folder / "test.de.gz"),
+            target_lang="de",
+        )
+    )
     assert results["sentences"] == 2
 
 
 def test_generate_derives_the_mask_of_padded_sources_given_without_it():
     model = tiny_model("dwlstm")
-    input_ids = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 1, 1]])  # the second sentence padded with the pad id 1
+    # the second sentence padded with the pad id 1
+    input_ids = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 1, 1]])
     settings = dict(num_beams=1, max_new_tokens=4, output_scores=True, return_dict_in_generate=True)
     masked = model.generate(input_ids=input_ids, attention_mask=input_ids.ne(1).long(), **settings)
     unmasked = model.generate(input_ids=input_ids, **settings)
@@ -330,15 +506,17 @@ def test_generate_derives_the_mask_of_padded_sources_given_without_it():
     assert all(torch.allclose(a, b) for a, b in zip(masked.scores, unmasked.scores))
 
 
-# --- Records that cannot disagree with the experiment as it is now -------------------------------------------------
+# --- Records that cannot disagree with the experiment as it is now --------------------------------
+
 
 def flag(command: list[str], name: str, default=None):
     return command[command.index(name) + 1] if name in command else default
 
 
 class FakeStages:
-    """The runner's stages without their processes: each script writes what the runner reads of its outputs (a
-    model of d_model parameters trained for --max_steps), so the runner's own decisions run as they are."""
+    """The runner's stages without their processes: each script writes what the runner reads of its
+    outputs (a model of d_model parameters trained for --max_steps), so the runner's own decisions
+    run as they are."""
 
     def __init__(self, interrupt_training: bool = False):
         self.interrupt_training, self.scripts = interrupt_training, []
@@ -356,17 +534,33 @@ class FakeStages:
             steps = int(flag(command, "--max_steps"))
             config = json.loads(Path(flag(command, "--model_name_or_path")).read_text())
             (output / "config.json").write_text(json.dumps(config))
-            (output / "trainer_state.json").write_text(json.dumps({"global_step": steps, "log_history": [
-                {"step": steps, "loss": 1.0, "eval_loss": 1.0, "wall_time": 1.0}]}))
+            (output / "trainer_state.json").write_text(
+                json.dumps(
+                    {
+                        "global_step": steps,
+                        "log_history": [
+                            {"step": steps, "loss": 1.0, "eval_loss": 1.0, "wall_time": 1.0}
+                        ],
+                    }
+                )
+            )
             (output / "train_results.json").write_text(json.dumps({"train_loss": 1.0}))
         elif script == "average_checkpoints.py":
             config = json.loads((Path(flag(command, "--run_dir")) / "config.json").read_text())
             (output / "config.json").write_text(json.dumps(config))
             save_file({"weight": torch.zeros(config["d_model"])}, output / "model.safetensors")
         else:
-            (output / "results.json").write_text(json.dumps({  # the references themselves: BLEU 100
-                "sacrebleu": 100.0, "chrf": 100.0, "tokenized_bleu": 100.0, "sentences_per_second": 1.0,
-                "sacrebleu_signature": "fake"}))
+            (output / "results.json").write_text(
+                json.dumps(
+                    {  # the references themselves: BLEU 100
+                        "sacrebleu": 100.0,
+                        "chrf": 100.0,
+                        "tokenized_bleu": 100.0,
+                        "sentences_per_second": 1.0,
+                        "sacrebleu_signature": "fake",
+                    }
+                )
+            )
             shutil.copy(Path(flag(command, "--data")) / "test.de", output / "hypotheses.txt")
 
 
@@ -374,11 +568,22 @@ def small_experiment(folder: Path, max_steps: int = 1, d_model: int = 16, merges
     write_corpus(folder / "corpus", splits={"train": 4, "valid": 4, "test": 4}, seed=3)
     (folder / "tiny.json").write_text(json.dumps({"model_type": "dwlstm", "d_model": d_model}))
     path = folder / "experiment.json"
-    path.write_text(json.dumps({
-        "name": "tiny", "data": {"dataset": "corpus", "source_lang": "en", "target_lang": "de",
-                                 "validation_split": "valid"},
-        "tokenizer": {"merges": merges}, "training": {"max_steps": max_steps},
-        "runs": [{"name": "tiny", "config": "tiny.json"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "tiny",
+                "data": {
+                    "dataset": "corpus",
+                    "source_lang": "en",
+                    "target_lang": "de",
+                    "validation_split": "valid",
+                },
+                "tokenizer": {"merges": merges},
+                "training": {"max_steps": max_steps},
+                "runs": [{"name": "tiny", "config": "tiny.json"}],
+            }
+        )
+    )
     return path
 
 
@@ -391,15 +596,25 @@ def test_an_edited_experiment_runs_again_and_no_table_shows_its_old_record(tmp_p
     first = read_record(record, "tiny-seed1")["info"]
     assert (first["steps"], first["parameters"]) == (1, 16)
 
-    edited = small_experiment(tmp_path, max_steps=2, d_model=32)  # the config file's contents changed too
-    with pytest.raises(ValueError, match=r"record of tiny-seed1 \(config.d_model, training.max_steps\) was made "
-                                         "with other settings than tiny's experiment file has now"):
+    # the config file's contents changed too
+    edited = small_experiment(tmp_path, max_steps=2, d_model=32)
+    with pytest.raises(
+        ValueError,
+        match=r"record of tiny-seed1 \(config.d_model, training.max_steps\) was made "
+        "with other settings than tiny's experiment file has now",
+    ):
         write_results_table(load_experiment(edited), record)
     done = run_experiments(edited, **campaign)
-    assert done[0] == "redo tiny-seed1: its settings changed (config.d_model, training.max_steps)", done
+    assert (
+        done[0] == "redo tiny-seed1: its settings changed (config.d_model, training.max_steps)"
+    ), done
     assert [line.split(" (")[0] for line in done[1:]] == [
-        "train tiny-seed1", "average tiny-seed1", "evaluate tiny-seed1", "record tiny-seed1",
-        f"table {record / 'results.md'}"]
+        "train tiny-seed1",
+        "average tiny-seed1",
+        "evaluate tiny-seed1",
+        "record tiny-seed1",
+        f"table {record / 'results.md'}",
+    ]
     again = read_record(record, "tiny-seed1")["info"]
     assert (again["steps"], again["parameters"]) == (2, 32)
     assert json.loads((record / "results.json").read_text())["rows"][0]["steps"] == 2
@@ -414,12 +629,15 @@ def test_a_record_from_before_settings_were_kept_is_compared_by_its_commands(tmp
     del packed["record"]["settings"]  # as packed before records kept their settings
     path.write_bytes(gzip.compress(json.dumps(packed).encode()))
     assert run_experiments(tmp_path / "experiment.json", **campaign) == [
-        "skip tiny-seed1 (its record keeps no settings: its config file was not compared)"]
+        "skip tiny-seed1 (its record keeps no settings: its config file was not compared)"
+    ]
     done = run_experiments(small_experiment(tmp_path, max_steps=3), **campaign)
     assert done[0] == "redo tiny-seed1: its settings changed (train --max_steps)", done
 
 
-def test_an_edited_tokenizer_and_an_unfinished_run_of_other_settings_start_again(tmp_path, monkeypatch):
+def test_an_edited_tokenizer_and_an_unfinished_run_of_other_settings_start_again(
+    tmp_path, monkeypatch
+):
     stages = FakeStages(interrupt_training=True)
     monkeypatch.setattr(experiments, "_run", stages)
     campaign = dict(output_dir=tmp_path / "runs", record_dir=tmp_path / "record", table=False)
@@ -429,30 +647,53 @@ def test_an_edited_tokenizer_and_an_unfinished_run_of_other_settings_start_again
 
     stages.interrupt_training = False
     done = run_experiments(small_experiment(tmp_path, merges=30), **campaign)
-    assert done[:3] == ["redo tokenizer: its settings changed (tokenizer.merges)",
-                        f"tokenizer {tmp_path / 'record' / 'tokenizer'}",
-                        "restart tiny-seed1: its settings changed since it started (tokenizer.merges)"], done
+    assert done[:3] == [
+        "redo tokenizer: its settings changed (tokenizer.merges)",
+        f"tokenizer {tmp_path / 'record' / 'tokenizer'}",
+        "restart tiny-seed1: its settings changed since it started (tokenizer.merges)",
+    ], done
     assert done[3] == "train tiny-seed1", "not resumed from the checkpoint of the old settings"
     assert stages.scripts.count("train_tokenizer.py") == 2
-    assert read_record(tmp_path / "record", "tiny-seed1")["info"]["settings"]["tokenizer"] == {"merges": 30}
+    assert read_record(tmp_path / "record", "tiny-seed1")["info"]["settings"]["tokenizer"] == {
+        "merges": 30
+    }
 
 
-def test_the_pipeline_warns_about_decomposed_text_with_a_tokenizer_saved_before_nfc(models, tmp_path, caplog):
-    german = [text for text in read_multi30k("val", "de", 20) if text != unicodedata.normalize("NFD", text)][:3]
+def test_the_pipeline_warns_about_decomposed_text_with_a_tokenizer_saved_before_nfc(
+    models, tmp_path, caplog
+):
+    german = [
+        text
+        for text in read_multi30k("val", "de", 20)
+        if text != unicodedata.normalize("NFD", text)
+    ][:3]
     old = AutoTokenizer.from_pretrained(models["bilingual"])
     old.backend_tokenizer.normalizer = None  # as saved before NFC normalization was added
     old.save_pretrained(tmp_path / "old")
     model = AutoModelForSeq2SeqLM.from_pretrained(models["bilingual"])
-    translator = pipeline("translation", model=model, tokenizer=AutoTokenizer.from_pretrained(tmp_path / "old"),
-                          num_beams=1, max_new_tokens=2)
+    translator = pipeline(
+        "translation",
+        model=model,
+        tokenizer=AutoTokenizer.from_pretrained(tmp_path / "old"),
+        num_beams=1,
+        max_new_tokens=2,
+    )
     with caplog.at_level(logging.WARNING, logger="modeling_dwlstm.pipeline_translation"):
         translator(german)
         assert "not in Unicode NFC" not in caplog.text
         translator(nfd(german) + ["a man ."])
-    assert "3 of 4 texts are not in Unicode NFC" in caplog.text and "train a new tokenizer" in caplog.text
+    assert (
+        "3 of 4 texts are not in Unicode NFC" in caplog.text
+        and "train a new tokenizer" in caplog.text
+    )
     caplog.clear()
-    new = pipeline("translation", model=model, tokenizer=AutoTokenizer.from_pretrained(models["bilingual"]),
-                   num_beams=1, max_new_tokens=2)
+    new = pipeline(
+        "translation",
+        model=model,
+        tokenizer=AutoTokenizer.from_pretrained(models["bilingual"]),
+        num_beams=1,
+        max_new_tokens=2,
+    )
     with caplog.at_level(logging.WARNING, logger="modeling_dwlstm.pipeline_translation"):
         new(nfd(german))  # composed by the tokenizer itself
     assert "not in Unicode NFC" not in caplog.text
@@ -460,20 +701,44 @@ def test_the_pipeline_warns_about_decomposed_text_with_a_tokenizer_saved_before_
 
 def test_an_empty_input_translates_to_an_empty_output(models, tmp_path):
     (tmp_path / "empty.en").write_text("")
-    summary = translate_command.main(["--model", str(models["bilingual"]), "--input", str(tmp_path / "empty.en"),
-                                      "--output", str(tmp_path / "out.de"), "--num_beams", "1"])
+    summary = translate_command.main(
+        [
+            "--model",
+            str(models["bilingual"]),
+            "--input",
+            str(tmp_path / "empty.en"),
+            "--output",
+            str(tmp_path / "out.de"),
+            "--num_beams",
+            "1",
+        ]
+    )
     assert summary["lines"] == 0 and (tmp_path / "out.de").read_text() == ""
     assert not list(tmp_path.glob(".out.de*")), "no journal left"
-    model, tokenizer = load_saved_model(models["bilingual"]), AutoTokenizer.from_pretrained(models["bilingual"])
+    model, tokenizer = (
+        load_saved_model(models["bilingual"]),
+        AutoTokenizer.from_pretrained(models["bilingual"]),
+    )
     assert translate_sentences(model, tokenizer, [], num_beams=1).hypotheses == []
 
 
-@pytest.mark.parametrize("settings", [{"num_beams": 1}, {"num_beams": 2}, {"do_sample": True},
-                                      {"num_beams": 2, "return_dict_in_generate": True, "output_scores": True}])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"num_beams": 1},
+        {"num_beams": 2},
+        {"do_sample": True},
+        {"num_beams": 2, "return_dict_in_generate": True, "output_scores": True},
+    ],
+)
 def test_generate_on_an_empty_batch_gives_no_sequences(models, settings):
     model = load_saved_model(models["bilingual"])
     ids = AutoTokenizer.from_pretrained(models["bilingual"])(["a man ."], return_tensors="pt")
-    output = model.generate(input_ids=ids["input_ids"][:0], attention_mask=ids["attention_mask"][:0],
-                            max_new_tokens=3, **settings)
+    output = model.generate(
+        input_ids=ids["input_ids"][:0],
+        attention_mask=ids["attention_mask"][:0],
+        max_new_tokens=3,
+        **settings,
+    )
     sequences = output.sequences if settings.get("return_dict_in_generate") else output
     assert sequences.shape == (0, 1) and sequences.dtype == torch.long

@@ -10,7 +10,12 @@ from transformers.testing_utils import CaptureLogger
 
 from modeling_dwlstm import DepthWiseRnnConfig, DwLstmConfig, ResidualTransformerConfig
 from modeling_dwlstm.configuration_translation import logger as configuration_logger
-from modeling_dwlstm.paper_configs import config_to_json, hub_config_name, hub_config_settings, paper_config
+from modeling_dwlstm.paper_configs import (
+    config_to_json,
+    hub_config_name,
+    hub_config_settings,
+    paper_config,
+)
 
 HUB_CONFIGS = Path(__file__).resolve().parents[1] / "hub_configs"
 
@@ -34,8 +39,15 @@ ROWS = [
     (None, "dwlstm", 6, {"share_gates": "global", "share_hidden": True}, 44.00),
     ("highway-sdu-base-6l.json", "highway-sdu", 6, {}, 78.13),
     ("depthwise-rnn-base-6l.json", "depthwise-rnn", 6, {}, 68.67),
-    # Xu et al. 2024, Table 6 baselines: TA with a 16-layer encoder, DLCL with a 30-layer encoder (6-layer decoders).
-    ("transparent-attention-base-enc16-dec6.json", "transparent-attention", 16, {"decoder_layers": 6}, 93.87),
+    # Xu et al. 2024, Table 6 baselines: TA with a 16-layer encoder, DLCL with a 30-layer encoder
+    # (6-layer decoders).
+    (
+        "transparent-attention-base-enc16-dec6.json",
+        "transparent-attention",
+        16,
+        {"decoder_layers": 6},
+        93.87,
+    ),
     ("dlcl-prenorm-base-enc30-dec6.json", "dlcl-prenorm", 30, {"decoder_layers": 6}, 137.97),
 ]
 
@@ -59,14 +71,23 @@ def test_parameter_count_matches_paper(hub_file, member, layers, overrides, pape
 def test_hub_configs_are_the_papers_settings(member, size, layers, decoder_layers):
     """hub_configs/ is what paper_configs produces (regenerate with scripts/make_hub_configs.py)."""
     path = HUB_CONFIGS / hub_config_name(member, size, layers, decoder_layers)
-    assert path.read_text() == config_to_json(paper_config(member, size, layers, decoder_layers=decoder_layers))
+    assert path.read_text() == config_to_json(
+        paper_config(member, size, layers, decoder_layers=decoder_layers)
+    )
     config = AutoConfig.from_pretrained(path)
     assert config.to_dict()["model_type"] == json.loads(path.read_text())["model_type"]
-    assert (config.d_model, config.encoder_layers, config.decoder_layers) == ({"base": 512, "big": 1024}[size], layers, decoder_layers)
+    assert (config.d_model, config.encoder_layers, config.decoder_layers) == (
+        {"base": 512, "big": 1024}[size],
+        layers,
+        decoder_layers,
+    )
 
 
 def test_hub_configs_holds_nothing_stale():
-    expected = {hub_config_name(member, size, layers, decoder) for member, size, layers, decoder in hub_config_settings()}
+    expected = {
+        hub_config_name(member, size, layers, decoder)
+        for member, size, layers, decoder in hub_config_settings()
+    }
     assert {path.name for path in HUB_CONFIGS.glob("*.json")} == expected
 
 
@@ -76,11 +97,14 @@ def test_presets_carry_only_fields_their_member_reads(path):
     assert set(config.unused_fields()).isdisjoint(json.loads(path.read_text()))
 
 
-@pytest.mark.parametrize("fields,unused", [
-    ({"lstm_hidden": "glu"}, {"activation_function", "lstm_activation"}),
-    ({"lstm_hidden": "ffn"}, {"activation_function"}),
-    ({"lstm_hidden": "linear"}, {"activation_function", "activation_dropout"}),
-])
+@pytest.mark.parametrize(
+    "fields,unused",
+    [
+        ({"lstm_hidden": "glu"}, {"activation_function", "lstm_activation"}),
+        ({"lstm_hidden": "ffn"}, {"activation_function"}),
+        ({"lstm_hidden": "linear"}, {"activation_function", "activation_dropout"}),
+    ],
+)
 def test_depthwise_configs_name_the_fields_they_leave_unread(fields, unused):
     for config_class in (DwLstmConfig, DepthWiseRnnConfig):
         assert set(config_class(**fields).unused_fields()) == unused
@@ -89,7 +113,8 @@ def test_depthwise_configs_name_the_fields_they_leave_unread(fields, unused):
 
 def test_setting_a_field_the_member_leaves_unread_warns():
     with CaptureLogger(configuration_logger) as captured:
-        DwLstmConfig(lstm_activation="tanh")  # the default hidden module is "glu": its activation is its own
+        # the default hidden module is "glu": its activation is its own
+        DwLstmConfig(lstm_activation="tanh")
     assert "`lstm_activation='tanh'` has no effect" in captured.out
     with CaptureLogger(configuration_logger) as captured:
         DwLstmConfig(lstm_hidden="ffn", lstm_activation="tanh")

@@ -13,13 +13,20 @@ def test_every_sublayer_has_its_own_scalar_starting_at_zero():
     weights = [m.residual_weight for m in model.modules() if isinstance(m, ReZeroResidual)]
     assert len(weights) == 2 * config.encoder_layers + 3 * config.decoder_layers
     assert all(w.shape == () and w.item() == 0.0 and w.requires_grad for w in weights)
-    assert not any(isinstance(m, torch.nn.LayerNorm) for layer in model.model.encoder.layers for m in layer.modules())
+    assert not any(
+        isinstance(m, torch.nn.LayerNorm)
+        for layer in model.model.encoder.layers
+        for m in layer.modules()
+    )
 
 
 def test_with_a_zero_every_layer_is_the_identity():
     config = tiny_config("rezero", dropout=0.3)  # dropout on F(x) is still multiplied by a = 0
     torch.manual_seed(0)
-    encoder_layer, decoder_layer = ReZeroEncoderLayer(config, 0, None).train(), ReZeroDecoderLayer(config, 0, None).train()
+    encoder_layer, decoder_layer = (
+        ReZeroEncoderLayer(config, 0, None).train(),
+        ReZeroDecoderLayer(config, 0, None).train(),
+    )
     x, memory = torch.randn(2, 5, config.d_model), torch.randn(2, 7, config.d_model)
     encoded = encoder_layer(*LayerState(output=x))
     decoded = decoder_layer(*LayerState(output=x), memory)
@@ -46,6 +53,10 @@ def test_the_decoder_scalars_learn_first():
     ids = random_ids(2, 6)
     model(input_ids=ids, labels=random_ids(2, 4, seed=2)).loss.backward()
     decoder_layer, encoder_layer = model.model.decoder.layers[0], model.model.encoder.layers[0]
-    for residual in (decoder_layer.self_attn_residual, decoder_layer.cross_attn_residual, decoder_layer.ffn_residual):
+    for residual in (
+        decoder_layer.self_attn_residual,
+        decoder_layer.cross_attn_residual,
+        decoder_layer.ffn_residual,
+    ):
         assert residual.residual_weight.grad.abs() > 0
     assert encoder_layer.ffn_residual.residual_weight.grad == 0

@@ -1,5 +1,6 @@
-"""The speed measurement's code (`nmt_toolkit.lab.speed`, `dwlstm-measure-speed`) on a tiny size: its FLOP
-count, its forced-length generation in every precision and in CTranslate2, its report and targets."""
+"""The speed measurement's code (`nmt_toolkit.lab.speed`, `dwlstm-measure-speed`) on a tiny size:
+its FLOP count, its forced-length generation in every precision and in CTranslate2, its report and
+targets."""
 
 import dataclasses
 import json
@@ -49,8 +50,11 @@ from nmt_toolkit.lab.speed import (
 TINY_SIZE = dict(d_model=16, encoder_layers=2, decoder_layers=3, heads=4, ffn_dim=24)
 VOCAB = 40
 MODELS = [*registered_members(), MARIAN]
-OPTIONS = [("dwlstm", dict(decoder_merge="two_lstm")), ("dwlstm", dict(decoder_merge="concat", share_gates="global")),
-           ("dwlstm", dict(lstm_hidden="linear", share_gates="none", share_hidden=True))]
+OPTIONS = [
+    ("dwlstm", dict(decoder_merge="two_lstm")),
+    ("dwlstm", dict(decoder_merge="concat", share_gates="global")),
+    ("dwlstm", dict(lstm_hidden="linear", share_gates="none", share_hidden=True)),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -60,8 +64,9 @@ def tiny_size(monkeypatch):
 
 @pytest.fixture
 def imitate_cpu(monkeypatch):
-    """imitate_cpu(fbgemm, **features): the library and the benchmark see this CPU with other `CpuFeatures` (as
-    conftest's native_bfloat16 imposes native bfloat16), and fbgemm's int8 kernels present or not."""
+    """imitate_cpu(fbgemm, **features): the library and the benchmark see this CPU with other
+    `CpuFeatures` (as conftest's native_bfloat16 imposes native bfloat16), and fbgemm's int8 kernels
+    present or not."""
     real = precision.cpu_features()
 
     def imitate(fbgemm: bool = True, **features):
@@ -75,10 +80,12 @@ def imitate_cpu(monkeypatch):
 
 @pytest.mark.parametrize("member, options", [(m, {}) for m in MODELS] + OPTIONS)
 def test_training_flops_match_pytorch_flop_counter(member, options):
-    """The per-side count (docs/speed.md) is what PyTorch counts for forward + backward (math SDPA, which it sees)."""
+    """The per-side count (docs/speed.md) is what PyTorch counts for forward + backward (math SDPA,
+    which it sees)."""
     torch.manual_seed(0)
     model = build_model(member, "tiny", VOCAB, **options)
-    batch = random_batch(3, 7, 5, VOCAB)  # source and target lengths differ: cross-attention K/V run over the source
+    # source and target lengths differ: cross-attention K/V run over the source
+    batch = random_batch(3, 7, 5, VOCAB)
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(**batch).loss.backward()
     assert training_flops(model, 3, 7, 5) == pytest.approx(counter.get_total_flops(), rel=0.005)
@@ -86,9 +93,13 @@ def test_training_flops_match_pytorch_flop_counter(member, options):
 
 def test_decode_matmul_weights_count_what_one_new_token_goes_through():
     d, ffn, layers = TINY_SIZE["d_model"], TINY_SIZE["ffn_dim"], TINY_SIZE["decoder_layers"]
-    per_layer = 4 * d * d + 2 * d * d + 2 * d * ffn  # self q/k/v/out, cross q/out (its k/v run once), FFN
+    # self q/k/v/out, cross q/out (its k/v run once), FFN
+    per_layer = 4 * d * d + 2 * d * d + 2 * d * ffn
     for member in ("residual-prenorm", MARIAN):
-        assert decode_matmul_weights(build_model(member, "tiny", VOCAB)) == layers * per_layer + VOCAB * d
+        assert (
+            decode_matmul_weights(build_model(member, "tiny", VOCAB))
+            == layers * per_layer + VOCAB * d
+        )
 
 
 def test_forced_generation_emits_the_same_number_of_tokens_for_every_model():
@@ -97,8 +108,11 @@ def test_forced_generation_emits_the_same_number_of_tokens_for_every_model():
         torch.manual_seed(0)
         model = build_model(member, "tiny", VOCAB)
         # EOS becomes by far the most likely token: only the forcing keeps generation going.
-        model.get_output_embeddings().register_forward_hook(lambda module, inputs, logits: logits.index_add(
-            -1, torch.tensor([speed.EOS]), torch.full((*logits.shape[:-1], 1), 100.0)))
+        model.get_output_embeddings().register_forward_hook(
+            lambda module, inputs, logits: logits.index_add(
+                -1, torch.tensor([speed.EOS]), torch.full((*logits.shape[:-1], 1), 100.0)
+            )
+        )
         for beams in (4, 1):
             sequences = generate_forced(model, source, beams, new_tokens=5, device="cpu")
             assert sequences.shape == (3, 1 + 5), (member, beams)
@@ -107,8 +121,18 @@ def test_forced_generation_emits_the_same_number_of_tokens_for_every_model():
 
 def test_benchmark_runs_and_writes_its_report(tmp_path):
     settings = BenchmarkSettings(
-        sizes=("tiny",), lengths=(4, 8), headline_length=8, token_budget=64, generation_batch=2, source_length=5,
-        new_tokens=3, repeats=1, vocab_size=VOCAB, members=("dwlstm", MARIAN), device="cpu", peak_matmul_size=64,
+        sizes=("tiny",),
+        lengths=(4, 8),
+        headline_length=8,
+        token_budget=64,
+        generation_batch=2,
+        source_length=5,
+        new_tokens=3,
+        repeats=1,
+        vocab_size=VOCAB,
+        members=("dwlstm", MARIAN),
+        device="cpu",
+        peak_matmul_size=64,
     )
     report = run_benchmark(settings, log=lambda message: None)
     rows = report["sizes"]["tiny"]
@@ -124,28 +148,53 @@ def test_benchmark_runs_and_writes_its_report(tmp_path):
     assert "| dwlstm |" in table and "| marian |" in table
     path = tmp_path / "out" / "benchmark.json"
     write_report(report, path)
-    assert json.loads(path.read_text())["sizes"]["tiny"]["marian"]["parameters"] == rows[MARIAN]["parameters"]
+    assert (
+        json.loads(path.read_text())["sizes"]["tiny"]["marian"]["parameters"]
+        == rows[MARIAN]["parameters"]
+    )
 
 
-def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_checked(imitate_cpu, monkeypatch):
-    """The deployment rows: every precision, CTranslate2 with and without the shortlist, bf16 training beside the
-    step's matmul rates, the int8 GEMM profile, the pair of Xu et al. 2024, Table 6; each target's ratio is the
-    quotient of the rows it names (on a CPU with native bfloat16, which refuses no path)."""
+def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_checked(
+    imitate_cpu, monkeypatch
+):
+    """The deployment rows: every precision, CTranslate2 with and without the shortlist, bf16
+    training beside the step's matmul rates, the int8 GEMM profile, the pair of Xu et al. 2024,
+    Table 6; each target's ratio is the quotient of the rows it names (on a CPU with native
+    bfloat16, which refuses no path)."""
     imitate_cpu(native_bfloat16=True)
-    monkeypatch.setitem(speed.SIZES, "base", dict(TINY_SIZE, decoder_layers=2))  # the depth pair is at base
+    # the depth pair is at base
+    monkeypatch.setitem(speed.SIZES, "base", dict(TINY_SIZE, decoder_layers=2))
     settings = BenchmarkSettings(
-        sizes=("tiny",), lengths=(8,), headline_length=8, token_budget=64, generation_batch=2, source_length=5,
-        new_tokens=3, repeats=1, vocab_size=VOCAB, members=("dwlstm", "residual-prenorm", MARIAN), device="cpu",
-        peak_matmul_size=64, measure_memory=False, precisions=tuple(PRECISIONS), train_bf16=True, ctranslate2=True,
-        depth_pair=True, shortlist=True, gemm_share=True,
+        sizes=("tiny",),
+        lengths=(8,),
+        headline_length=8,
+        token_budget=64,
+        generation_batch=2,
+        source_length=5,
+        new_tokens=3,
+        repeats=1,
+        vocab_size=VOCAB,
+        members=("dwlstm", "residual-prenorm", MARIAN),
+        device="cpu",
+        peak_matmul_size=64,
+        measure_memory=False,
+        precisions=tuple(PRECISIONS),
+        train_bf16=True,
+        ctranslate2=True,
+        depth_pair=True,
+        shortlist=True,
+        gemm_share=True,
     )
     report = run_benchmark(settings, log=lambda message: None)
     rows, engines, pair = report["sizes"]["tiny"], report["engines"]["tiny"], report["depth_pair"]
     assert report["refused_paths"] == {}
     for row in rows.values():
         assert set(row["generation"]) == set(PRECISIONS) and row["train_bf16"]["tokens_per_s"] > 0
-    assert set(engines) == {f"{member} (CTranslate2){suffix}" for member in ("marian", "residual-prenorm")
-                            for suffix in ("", " shortlist")}
+    assert set(engines) == {
+        f"{member} (CTranslate2){suffix}"
+        for member in ("marian", "residual-prenorm")
+        for suffix in ("", " shortlist")
+    }
     assert all(set(rates) == set(ENGINE_PRECISIONS) for rates in engines.values())
     assert set(pair) == {"dwlstm 12+12", "residual-prenorm 24+24"}
     assert pair["residual-prenorm 24+24"]["parameters"] > pair["dwlstm 12+12"]["parameters"]
@@ -153,44 +202,90 @@ def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_ch
     anchor = engines["marian (CTranslate2)"]["int8"]
     int8 = checks["int8 decoding (the CPU's int8 route) vs float32, dwlstm (beam4)"]
     dwlstm_rates = rows["dwlstm"]["generation"]
-    assert int8["ratio"] == pytest.approx(dwlstm_rates["int8"]["beam4"] / dwlstm_rates["float32"]["beam4"])
-    assert report["machine"]["int8_route"] in int8["compared"] and int8["met"] == (int8["ratio"] >= 1.3)
+    assert int8["ratio"] == pytest.approx(
+        dwlstm_rates["int8"]["beam4"] / dwlstm_rates["float32"]["beam4"]
+    )
+    assert report["machine"]["int8_route"] in int8["compared"] and int8["met"] == (
+        int8["ratio"] >= 1.3
+    )
     residual = checks["residual pre-norm, generate() int8 vs CTranslate2 int8 Marian (beam4)"]
-    assert residual["ratio"] == pytest.approx(rows["residual-prenorm"]["generation"]["int8"]["beam4"] / anchor["beam4"])
-    export = checks["residual pre-norm, our CTranslate2 export int8 vs CTranslate2 int8 Marian (greedy)"]
-    assert export["ratio"] == pytest.approx(engines["residual-prenorm (CTranslate2)"]["int8"]["greedy"] / anchor["greedy"])
+    assert residual["ratio"] == pytest.approx(
+        rows["residual-prenorm"]["generation"]["int8"]["beam4"] / anchor["beam4"]
+    )
+    export = checks[
+        "residual pre-norm, our CTranslate2 export int8 vs CTranslate2 int8 Marian (greedy)"
+    ]
+    assert export["ratio"] == pytest.approx(
+        engines["residual-prenorm (CTranslate2)"]["int8"]["greedy"] / anchor["greedy"]
+    )
     assert export["met"] is None and export["verdict"] == "reported"
-    offered = [path for path in PRECISIONS if "bfloat16" not in path or report["machine"]["bfloat16_route"] == "native"]
+    offered = [
+        path
+        for path in PRECISIONS
+        if "bfloat16" not in path or report["machine"]["bfloat16_route"] == "native"
+    ]
     dwlstm = checks["depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (greedy)"]
-    assert dwlstm["ratio"] == pytest.approx(max(dwlstm_rates[path]["greedy"] for path in offered) / anchor["greedy"])
-    shortlisted = checks["depth-wise LSTM with a shortlist vs CTranslate2 int8 Marian with the same table (beam4)"]
+    assert dwlstm["ratio"] == pytest.approx(
+        max(dwlstm_rates[path]["greedy"] for path in offered) / anchor["greedy"]
+    )
+    shortlisted = checks[
+        "depth-wise LSTM with a shortlist vs CTranslate2 int8 Marian with the same table (beam4)"
+    ]
     with_table = engines["marian (CTranslate2) shortlist"]["int8"]
     fastest = max(rows["dwlstm"]["generation_shortlist"][path]["beam4"] for path in offered)
     assert shortlisted["ratio"] == pytest.approx(fastest / with_table["beam4"])
     gain = checks["shortlist gain, CTranslate2 int8 Marian (beam4)"]
-    assert gain["ratio"] == pytest.approx(with_table["beam4"] / anchor["beam4"]) and gain["met"] is None
+    assert (
+        gain["ratio"] == pytest.approx(with_table["beam4"] / anchor["beam4"])
+        and gain["met"] is None
+    )
     profiled = rows["dwlstm"]["int8_gemm_share"]
     assert 0 < profiled["share"] <= 1 and profiled["op"] == INT8_GEMM_OPS[int8_route()]
-    assert checks["depth-wise LSTM int8 beam-4 decoding, share of the time in int8 matrix products"]["ratio"] == profiled["share"]
+    assert (
+        checks["depth-wise LSTM int8 beam-4 decoding, share of the time in int8 matrix products"][
+            "ratio"
+        ]
+        == profiled["share"]
+    )
     bf16 = checks["bf16 vs fp32 training step speed-up, marian"]
     matmul = report["step_matmul_rates"]["tiny"]
-    assert matmul["bfloat16_over_float32"] == pytest.approx(matmul["bfloat16_flops_per_s"] / matmul["float32_flops_per_s"])
-    assert bf16["ratio"] == pytest.approx(rows[MARIAN]["train_bf16"]["tokens_per_s"] / rows[MARIAN]["train"][8]["tokens_per_s"])
+    assert matmul["bfloat16_over_float32"] == pytest.approx(
+        matmul["bfloat16_flops_per_s"] / matmul["float32_flops_per_s"]
+    )
+    assert bf16["ratio"] == pytest.approx(
+        rows[MARIAN]["train_bf16"]["tokens_per_s"] / rows[MARIAN]["train"][8]["tokens_per_s"]
+    )
     assert bf16["minimum"] == pytest.approx(0.9 * matmul["bfloat16_over_float32"])
     deep, wide = pair["dwlstm 12+12"]["generation"], pair["residual-prenorm 24+24"]["generation"]
     float32 = checks["12+12 depth-wise LSTM vs 24+24 residual pre-norm, decoding (beam4, float32)"]
-    assert float32["ratio"] == pytest.approx(deep["float32"]["beam4"] / wide["float32"]["beam4"]) and float32["met"] is None
+    assert (
+        float32["ratio"] == pytest.approx(deep["float32"]["beam4"] / wide["float32"]["beam4"])
+        and float32["met"] is None
+    )
     share = checks["residual pre-norm fp32 training step, share of the matmul peak"]
     peak = report["machine"]["matmul_peak_flops_per_s"]
-    assert len(report["machine"]["matmul_peak_measurements"]) == 2 and peak == max(report["machine"]["matmul_peak_measurements"])
-    assert share["ratio"] == pytest.approx(rows["residual-prenorm"]["train"][8]["flops_per_s"] / peak)
+    assert len(report["machine"]["matmul_peak_measurements"]) == 2 and peak == max(
+        report["machine"]["matmul_peak_measurements"]
+    )
+    assert share["ratio"] == pytest.approx(
+        rows["residual-prenorm"]["train"][8]["flops_per_s"] / peak
+    )
     table = format_report(report)
-    assert "| marian (CTranslate2) |" in table and "| dwlstm 12+12 |" in table and "bfloat16+int8 beam4" in table
-    assert "int8 GEMM share, beam 4" in table and "Matmuls at the training step's shapes at tiny" in table
+    assert (
+        "| marian (CTranslate2) |" in table
+        and "| dwlstm 12+12 |" in table
+        and "bfloat16+int8 beam4" in table
+    )
+    assert (
+        "int8 GEMM share, beam 4" in table
+        and "Matmuls at the training step's shapes at tiny" in table
+    )
 
 
 def recorded(function, calls: list):
-    """`function`, appending (its name, positional and keyword arguments) to `calls` at each call."""
+    """`function`, appending (its name, positional and keyword arguments) to `calls` at each
+    call."""
+
     def record(*args, **kwargs):
         calls.append((function.__name__, args, kwargs))
         return function(*args, **kwargs)
@@ -200,31 +295,57 @@ def recorded(function, calls: list):
 
 # CPUs that refuse paths to users: (features, fbgemm present, the deployment paths refused).
 REFUSING_CPUS = {
-    "avx2": (dict(native_bfloat16=False, int8_dot_products=False), True, {"bfloat16", "bfloat16+int8", "train_bf16"}),
-    "no-fast-int8-either": (dict(native_bfloat16=False, int8_dot_products=False), False,
-                            {"bfloat16", "int8", "bfloat16+int8", "train_bf16", "int8_gemm_share"}),
+    "avx2": (
+        dict(native_bfloat16=False, int8_dot_products=False),
+        True,
+        {"bfloat16", "bfloat16+int8", "train_bf16"},
+    ),
+    "no-fast-int8-either": (
+        dict(native_bfloat16=False, int8_dot_products=False),
+        False,
+        {"bfloat16", "int8", "bfloat16+int8", "train_bf16", "int8_gemm_share"},
+    ),
 }
 # The first words of each target on a path that a CPU can refuse, and that path.
-REFUSABLE_TARGETS = {"bfloat16 decoding": "bfloat16", "int8 decoding": "int8", "bf16 vs fp32 training": "train_bf16",
-                     "depth-wise LSTM int8 beam-4": "int8_gemm_share"}
+REFUSABLE_TARGETS = {
+    "bfloat16 decoding": "bfloat16",
+    "int8 decoding": "int8",
+    "bf16 vs fp32 training": "train_bf16",
+    "depth-wise LSTM int8 beam-4": "int8_gemm_share",
+}
 
 
 @pytest.mark.parametrize("measure_refused", [False, True], ids=["listed", "measured"])
 @pytest.mark.parametrize("cpu", sorted(REFUSING_CPUS))
-def test_paths_the_cpu_refuses_to_users_are_listed_and_timed_only_when_asked(cpu, measure_refused, imitate_cpu,
-                                                                            monkeypatch):
-    """Without native bfloat16 (or a fast int8 kernel) its decoding, bf16 training and the int8 profile are never
-    prepared or run, unless measure_refused; either way the report lists them with the reason, and their targets
-    are refused (without a ratio where not timed)."""
+def test_paths_the_cpu_refuses_to_users_are_listed_and_timed_only_when_asked(
+    cpu, measure_refused, imitate_cpu, monkeypatch
+):
+    """Without native bfloat16 (or a fast int8 kernel) its decoding, bf16 training and the int8
+    profile are never prepared or run, unless measure_refused; either way the report lists them with
+    the reason, and their targets are refused (without a ratio where not timed)."""
     features, fbgemm, refused = REFUSING_CPUS[cpu]
     imitate_cpu(fbgemm, **features)
     calls = []
     for name in ("inference_copy", "training_step", "step_matmul_rates", "int8_gemm_share"):
         monkeypatch.setattr(speed, name, recorded(getattr(speed, name), calls))
     settings = BenchmarkSettings(
-        sizes=("tiny",), lengths=(8,), headline_length=8, token_budget=64, generation_batch=2, source_length=5,
-        new_tokens=3, repeats=1, vocab_size=VOCAB, members=("dwlstm",), device="cpu", peak_matmul_size=64,
-        measure_memory=False, precisions=tuple(PRECISIONS), train_bf16=True, shortlist=True, gemm_share=True,
+        sizes=("tiny",),
+        lengths=(8,),
+        headline_length=8,
+        token_budget=64,
+        generation_batch=2,
+        source_length=5,
+        new_tokens=3,
+        repeats=1,
+        vocab_size=VOCAB,
+        members=("dwlstm",),
+        device="cpu",
+        peak_matmul_size=64,
+        measure_memory=False,
+        precisions=tuple(PRECISIONS),
+        train_bf16=True,
+        shortlist=True,
+        gemm_share=True,
         measure_refused=measure_refused,
     )
     report = run_benchmark(settings, log=lambda message: None)
@@ -232,34 +353,54 @@ def test_paths_the_cpu_refuses_to_users_are_listed_and_timed_only_when_asked(cpu
     timed = paths if measure_refused else paths - refused
     assert set(report["refused_paths"]) == refused
     for path, why in report["refused_paths"].items():
-        assert ("no native bfloat16" in why) == ("bfloat16" in path or path == "train_bf16"), (path, why)
+        assert ("no native bfloat16" in why) == ("bfloat16" in path or path == "train_bf16"), (
+            path,
+            why,
+        )
         assert ("no fast int8 kernel" in why) == (not fbgemm and "int8" in path), (path, why)
-    assert {args[1] for name, args, _ in calls if name == "inference_copy"} == set(PRECISIONS) & timed
-    assert any(kwargs.get("bf16") for name, _, kwargs in calls if name == "training_step") == ("train_bf16" in timed)
+    assert {args[1] for name, args, _ in calls if name == "inference_copy"} == set(
+        PRECISIONS
+    ) & timed
+    assert any(kwargs.get("bf16") for name, _, kwargs in calls if name == "training_step") == (
+        "train_bf16" in timed
+    )
     assert any(name == "step_matmul_rates" for name, _, _ in calls) == ("train_bf16" in timed)
     assert any(name == "int8_gemm_share" for name, _, _ in calls) == ("int8_gemm_share" in timed)
     row = report["sizes"]["tiny"]["dwlstm"]
     assert set(row["generation"]) == set(row["generation_shortlist"]) == set(PRECISIONS) & timed
-    assert ("train_bf16" in row) == ("train_bf16" in timed) and ("int8_gemm_share" in row) == ("int8_gemm_share" in timed)
-    checks = [(path, check) for check in report["targets"] for start, path in REFUSABLE_TARGETS.items()
-              if check["target"].startswith(start)]
+    assert ("train_bf16" in row) == ("train_bf16" in timed) and ("int8_gemm_share" in row) == (
+        "int8_gemm_share" in timed
+    )
+    checks = [
+        (path, check)
+        for check in report["targets"]
+        for start, path in REFUSABLE_TARGETS.items()
+        if check["target"].startswith(start)
+    ]
     assert {path for path, _ in checks} == set(REFUSABLE_TARGETS.values())  # listed, timed or not
     for path, check in checks:
         assert (check["verdict"] == "refused on this CPU") == (path in refused), check
         assert (check["ratio"] is None) == (path not in timed), check
     table = format_report(report)
-    assert ("timed anyway (--measure_refused)" if measure_refused else "not timed (--measure_refused times them)") in table
+    assert (
+        "timed anyway (--measure_refused)"
+        if measure_refused
+        else "not timed (--measure_refused times them)"
+    ) in table
     assert "bfloat16+int8 decoding (no native bfloat16: no AVX-512 BF16 or AMX" in table
     assert ("| refused |" in table) == ("| not timed |" in table) == (not measure_refused)
 
 
 @pytest.mark.parametrize("flags, measure_refused", [((), False), (("--measure_refused",), True)])
-def test_the_deployment_run_times_refused_paths_only_when_asked(flags, measure_refused, monkeypatch):
-    """scripts/measure_speed.py --deployment asks for every path and lists what the CPU refuses untimed;
-    --measure_refused times those too."""
+def test_the_deployment_run_times_refused_paths_only_when_asked(
+    flags, measure_refused, monkeypatch
+):
+    """scripts/measure_speed.py --deployment asks for every path and lists what the CPU refuses
+    untimed; --measure_refused times those too."""
     asked = []
 
-    def stop(settings, log=print):  # the settings are all this test needs: stop before anything is timed
+    # the settings are all this test needs: stop before anything is timed
+    def stop(settings, log=print):
         asked.append(settings)
         raise StopIteration
 
@@ -272,8 +413,9 @@ def test_the_deployment_run_times_refused_paths_only_when_asked(flags, measure_r
 
 @pytest.mark.parametrize("route", INT8_ROUTES)
 def test_the_int8_gemm_share_is_profiled_for_either_route(route, monkeypatch):
-    """The share of an int8 beam-4 decoding in the route's int8 products, for the route this CPU takes and for the
-    other (each imposed as the CPU's choice, as the benchmark's `inference_copy` then takes it)."""
+    """The share of an int8 beam-4 decoding in the route's int8 products, for the route this CPU
+    takes and for the other (each imposed as the CPU's choice, as the benchmark's `inference_copy`
+    then takes it)."""
     monkeypatch.setattr(precision, "int8_route", lambda features=None: route)
     torch.manual_seed(0)
     model = inference_copy(build_model("dwlstm", "tiny", VOCAB), "int8")
@@ -287,41 +429,89 @@ def scaled(rates: dict, factor: float) -> dict:
 
 
 def hand_made_report(gain: float, bfloat16_route: str = "native") -> dict:
-    """A deployment report at base whose low-precision and shortlist paths, GEMM share, bf16 training and matmul share
-    scale with `gain`: at gain 1.2 every target is met, at 0.5 every one is missed."""
+    """A deployment report at base whose low-precision and shortlist paths, GEMM share, bf16
+    training and matmul share scale with `gain`: at gain 1.2 every target is met, at 0.5 every one
+    is missed."""
     float32, anchor = {"beam4": 5.0, "greedy": 10.0}, {"beam4": 10.0, "greedy": 20.0}
 
-    def generation(factor):  # int8 at 2 x gain x float32: 1.2x CTranslate2's Marian at gain 1.2, 0.5x at 0.5
-        return {"float32": float32, "bfloat16": scaled(float32, gain), "int8": scaled(float32, 2 * gain * factor)}
+    # int8 at 2 x gain x float32: 1.2x CTranslate2's Marian at gain 1.2, 0.5x at 0.5
+    def generation(factor):
+        return {
+            "float32": float32,
+            "bfloat16": scaled(float32, gain),
+            "int8": scaled(float32, 2 * gain * factor),
+        }
 
     def row(bf16_speedup, share):
-        return {"parameters": 60e6, "decode_matmul_weights_per_token": 40e6, "beam4_sentences_per_s": float32["beam4"],
-                "greedy_sentences_per_s": float32["greedy"], "generation": generation(1),
-                "generation_shortlist": generation(1.25), "shortlist_union": 3000,
-                "train": {64: {"tokens_per_s": 100.0, "flops_per_s": share * 100e9}},
-                "train_bf16": {"length": 64, "tokens_per_s": 100.0 * bf16_speedup}}
+        return {
+            "parameters": 60e6,
+            "decode_matmul_weights_per_token": 40e6,
+            "beam4_sentences_per_s": float32["beam4"],
+            "greedy_sentences_per_s": float32["greedy"],
+            "generation": generation(1),
+            "generation_shortlist": generation(1.25),
+            "shortlist_union": 3000,
+            "train": {64: {"tokens_per_s": 100.0, "flops_per_s": share * 100e9}},
+            "train_bf16": {"length": 64, "tokens_per_s": 100.0 * bf16_speedup},
+        }
 
-    rows = {member: row(1.6 * gain, 0.7 * gain) for member in ("dwlstm", "residual-prenorm", MARIAN)}
-    rows["dwlstm"]["int8_gemm_share"] = {"route": "fbgemm", "op": INT8_GEMM_OPS["fbgemm"], "int8_gemm_s": 0.55 * gain,
-                                         "decode_s": 1.0, "share": 0.55 * gain}
-    engines = {"marian (CTranslate2)": {"float32": anchor, "int8": anchor},
-               "marian (CTranslate2) shortlist": {"float32": anchor, "int8": scaled(anchor, 1.2)},
-               "residual-prenorm (CTranslate2)": {"float32": anchor, "int8": scaled(anchor, 1.1)}}
-    pair = {"dwlstm 12+12": {"generation": generation(1)},
-            "residual-prenorm 24+24": {"generation": {"float32": float32, "int8": float32}}}
-    return {"settings": {"generation_batch": 32, "source_length": 20, "new_tokens": 24, "token_budget": 4096,
-                         "repeats": 3, "headline_length": 64, "precisions": ["float32", "bfloat16", "int8"]},
-            "machine": {"device": "CPU, 2 threads", "dtype": "float32", "torch": "x", "cpu": "AVX2",
-                        "int8_route": "fbgemm", "bfloat16_route": bfloat16_route, "matmul_peak_flops_per_s": 100e9},
-            "sizes": {"base": rows}, "engines": {"base": engines}, "depth_pair": pair,
-            "step_matmul_rates": {"base": {"shapes": [], "float32_flops_per_s": 100e9, "bfloat16_flops_per_s": 200e9,
-                                           "bfloat16_over_float32": 2.0}}}
+    rows = {
+        member: row(1.6 * gain, 0.7 * gain) for member in ("dwlstm", "residual-prenorm", MARIAN)
+    }
+    rows["dwlstm"]["int8_gemm_share"] = {
+        "route": "fbgemm",
+        "op": INT8_GEMM_OPS["fbgemm"],
+        "int8_gemm_s": 0.55 * gain,
+        "decode_s": 1.0,
+        "share": 0.55 * gain,
+    }
+    engines = {
+        "marian (CTranslate2)": {"float32": anchor, "int8": anchor},
+        "marian (CTranslate2) shortlist": {"float32": anchor, "int8": scaled(anchor, 1.2)},
+        "residual-prenorm (CTranslate2)": {"float32": anchor, "int8": scaled(anchor, 1.1)},
+    }
+    pair = {
+        "dwlstm 12+12": {"generation": generation(1)},
+        "residual-prenorm 24+24": {"generation": {"float32": float32, "int8": float32}},
+    }
+    return {
+        "settings": {
+            "generation_batch": 32,
+            "source_length": 20,
+            "new_tokens": 24,
+            "token_budget": 4096,
+            "repeats": 3,
+            "headline_length": 64,
+            "precisions": ["float32", "bfloat16", "int8"],
+        },
+        "machine": {
+            "device": "CPU, 2 threads",
+            "dtype": "float32",
+            "torch": "x",
+            "cpu": "AVX2",
+            "int8_route": "fbgemm",
+            "bfloat16_route": bfloat16_route,
+            "matmul_peak_flops_per_s": 100e9,
+        },
+        "sizes": {"base": rows},
+        "engines": {"base": engines},
+        "depth_pair": pair,
+        "step_matmul_rates": {
+            "base": {
+                "shapes": [],
+                "float32_flops_per_s": 100e9,
+                "bfloat16_flops_per_s": 200e9,
+                "bfloat16_over_float32": 2.0,
+            }
+        },
+    }
 
 
 @pytest.mark.parametrize("gain, verdict", [(1.2, "met"), (0.5, "missed")])
 def test_every_target_is_checked_on_a_hand_made_report(gain, verdict):
-    """Every target of `TARGETS` has rows, each met when the paths are fast enough and missed when not; the rows
-    reported beside them (our CTranslate2 export, the shortlist gains, the pair in float32) have no verdict."""
+    """Every target of `TARGETS` has rows, each met when the paths are fast enough and missed when
+    not; the rows reported beside them (our CTranslate2 export, the shortlist gains, the pair in
+    float32) have no verdict."""
     report = hand_made_report(gain)
     report["targets"] = check_targets(report, BenchmarkSettings(sizes=("base",), lengths=(64,)))
     checks = {check["target"]: check for check in report["targets"]}
@@ -330,40 +520,69 @@ def test_every_target_is_checked_on_a_hand_made_report(gain, verdict):
     assert all(checks[target]["verdict"] == verdict for target in set(checks) - reported)
     assert all(checks[target]["verdict"] == "reported" for target in reported)
     assert {target.split(" (")[0].split(", ")[0] for target in reported} == {
-        "residual pre-norm", "shortlist gain", "12+12 depth-wise LSTM vs 24+24 residual pre-norm"}
+        "residual pre-norm",
+        "shortlist gain",
+        "12+12 depth-wise LSTM vs 24+24 residual pre-norm",
+    }
     for member in ("dwlstm", "residual-prenorm"):
         for task in ("beam4", "greedy"):
-            assert checks[f"int8 decoding (the CPU's int8 route) vs float32, {member} ({task})"]["ratio"] == pytest.approx(2 * gain)
-    assert checks["depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (beam4)"]["minimum"] == 0.76
-    assert checks["depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (greedy)"]["minimum"] == 0.9
+            assert checks[f"int8 decoding (the CPU's int8 route) vs float32, {member} ({task})"][
+                "ratio"
+            ] == pytest.approx(2 * gain)
+    assert (
+        checks["depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (beam4)"]["minimum"]
+        == 0.76
+    )
+    assert (
+        checks["depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (greedy)"]["minimum"]
+        == 0.9
+    )
     assert checks["bf16 vs fp32 training step speed-up, dwlstm"]["minimum"] == pytest.approx(1.8)
     gains = [check for target, check in checks.items() if target.startswith("shortlist gain")]
-    assert [check["ratio"] for check in gains] == pytest.approx([1.25, 1.2, 1.25, 1.2])  # ours, CTranslate2's; per search
+    # ours, CTranslate2's; per search
+    assert [check["ratio"] for check in gains] == pytest.approx([1.25, 1.2, 1.25, 1.2])
     table = format_report(report)
-    assert f"| >= 1.30x | {2 * gain:.2f}x | dwlstm int8 (fbgemm route) / float32 | {verdict.replace('missed', 'MISSED')} |" in table
-    assert f"| >= 60% | {0.55 * gain:.0%} | {INT8_GEMM_OPS['fbgemm']} / one beam-4 generate()" in table
+    assert (
+        f"| >= 1.30x | {2 * gain:.2f}x | dwlstm int8 (fbgemm route) / float32 | "
+        f"{verdict.replace('missed', 'MISSED')} |" in table
+    )
+    assert (
+        f"| >= 60% | {0.55 * gain:.0%} | {INT8_GEMM_OPS['fbgemm']} / one beam-4 generate()" in table
+    )
 
 
 def test_bfloat16_targets_are_refused_where_the_cpu_refuses_bfloat16():
-    """Without native bfloat16, its decoding and bf16 training rows say refused rather than missed, and the fastest
-    path users are offered leaves bfloat16 out even where it measured fastest."""
+    """Without native bfloat16, its decoding and bf16 training rows say refused rather than missed,
+    and the fastest path users are offered leaves bfloat16 out even where it measured fastest."""
     report = hand_made_report(1.2, bfloat16_route="refused for users (no native bfloat16)")
     report["sizes"]["base"]["dwlstm"]["generation"]["bfloat16"] = {"beam4": 100.0, "greedy": 100.0}
     report["targets"] = check_targets(report, BenchmarkSettings(sizes=("base",), lengths=(64,)))
     refused = [check for check in report["targets"] if check["verdict"] == "refused on this CPU"]
     assert {check["target"] for check in refused} == {
-        *(f"bfloat16 decoding vs float32, {member} ({task})" for member in ("dwlstm", "residual-prenorm")
-          for task in ("beam4", "greedy")),
-        *(f"bf16 vs fp32 training step speed-up, {member}" for member in ("dwlstm", "residual-prenorm", MARIAN))}
+        *(
+            f"bfloat16 decoding vs float32, {member} ({task})"
+            for member in ("dwlstm", "residual-prenorm")
+            for task in ("beam4", "greedy")
+        ),
+        *(
+            f"bf16 vs fp32 training step speed-up, {member}"
+            for member in ("dwlstm", "residual-prenorm", MARIAN)
+        ),
+    }
     assert all(check["met"] is None for check in refused)
-    fastest = next(check for check in report["targets"] if check["target"].startswith("depth-wise LSTM, fastest"))
+    fastest = next(
+        check
+        for check in report["targets"]
+        if check["target"].startswith("depth-wise LSTM, fastest")
+    )
     assert "int8" in fastest["compared"] and fastest["ratio"] == pytest.approx(1.2)
     assert "| refused on this CPU |" in format_report(report)
 
 
 def test_ctranslate2_runs_marian_and_our_export_as_generate_does():
-    """The anchor row decodes what transformers decodes (greedy, float32, forced length): Marian through
-    CTranslate2's own loader, the residual member through our export, both from the random-words vocabulary."""
+    """The anchor row decodes what transformers decodes (greedy, float32, forced length): Marian
+    through CTranslate2's own loader, the residual member through our export, both from the
+    random-words vocabulary."""
     source = random_batch(3, 6, 1, VOCAB)
     with tempfile.TemporaryDirectory() as directory:
         for member in ("residual-prenorm", MARIAN):
@@ -372,18 +591,25 @@ def test_ctranslate2_runs_marian_and_our_export_as_generate_does():
             settings = BenchmarkSettings(vocab_size=VOCAB, threads=1)
             paths = ctranslate2_models({member: model}, settings, directory)
             translator = ctranslate2_translators(paths, threads=1)[member, "float32"]
-            words = translate_forced(translator, [[f"w{i}" for i in row] for row in source["input_ids"].tolist()], 1, 5)
+            words = translate_forced(
+                translator, [[f"w{i}" for i in row] for row in source["input_ids"].tolist()], 1, 5
+            )
             expected = generate_forced(model, source, 1, new_tokens=5, device="cpu")[:, 1:]
             tokenizer = random_words_tokenizer(VOCAB, pad_last=member == MARIAN)
-            assert [tokenizer.convert_tokens_to_ids(sentence) for sentence in words] == expected.tolist(), member
+            assert [
+                tokenizer.convert_tokens_to_ids(sentence) for sentence in words
+            ] == expected.tolist(), member
 
 
 def test_the_engine_process_translates_on_request_and_reports_its_errors(tmp_path):
-    """The benchmark's CTranslate2 rows run in a child process (EngineProcess): a request returns when the child
-    has translated; a failure there is raised here with its message instead of hanging the benchmark."""
+    """The benchmark's CTranslate2 rows run in a child process (EngineProcess): a request returns
+    when the child has translated; a failure there is raised here with its message instead of
+    hanging the benchmark."""
     torch.manual_seed(0)
     model = build_model("residual-prenorm", "tiny", VOCAB).eval()
-    paths = ctranslate2_models({"residual-prenorm": model}, BenchmarkSettings(vocab_size=VOCAB, threads=1), str(tmp_path))
+    paths = ctranslate2_models(
+        {"residual-prenorm": model}, BenchmarkSettings(vocab_size=VOCAB, threads=1), str(tmp_path)
+    )
     engine = EngineProcess(paths, threads=1, source_tokens=[["w7", "w8", "w9"], ["w10"]])
     try:
         engine.request((("residual-prenorm", "int8"), 2, 3))
@@ -394,14 +620,17 @@ def test_the_engine_process_translates_on_request_and_reports_its_errors(tmp_pat
     assert not engine.process.is_alive()
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(sizes=("huge",)), "Unknown sizes"),
-    (dict(lengths=(16, 32), headline_length=64), "headline_length"),
-    (dict(token_budget=100), "token_budget"),
-    (dict(members=("transformer-xl",)), "Unknown members"),
-    (dict(precisions=("bfloat16",)), "precisions must include float32"),
-    (dict(precisions=("float32", "float16")), "precisions must include float32"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(sizes=("huge",)), "Unknown sizes"),
+        (dict(lengths=(16, 32), headline_length=64), "headline_length"),
+        (dict(token_budget=100), "token_budget"),
+        (dict(members=("transformer-xl",)), "Unknown members"),
+        (dict(precisions=("bfloat16",)), "precisions must include float32"),
+        (dict(precisions=("float32", "float16")), "precisions must include float32"),
+    ],
+)
 def test_bad_settings_are_refused(change, message):
     with pytest.raises(ValueError, match=message):
         BenchmarkSettings(**change).check()
@@ -417,22 +646,31 @@ def test_compiled_model_generates_and_trains_like_the_eager_one():
     with torch.no_grad():
         expected_loss = model(**batch).loss
     compiled(model, backend="eager")
-    assert torch.equal(generate_forced(model, source, 4, new_tokens=4, device="cpu"), expected_sequences)
+    assert torch.equal(
+        generate_forced(model, source, 4, new_tokens=4, device="cpu"), expected_sequences
+    )
     with torch.no_grad():
         torch.testing.assert_close(model(**batch).loss, expected_loss)
 
 
 def test_compile_decoding_compiles_the_familys_decoding_and_not_marians(monkeypatch):
-    """With `compile_decoding` every row of the family decodes with compiled steps (with the shortlist too); Marian,
-    which has no such option, as it is."""
+    """With `compile_decoding` every row of the family decodes with compiled steps (with the
+    shortlist too); Marian, which has no such option, as it is."""
     calls = []
-    monkeypatch.setattr(speed, "generate_forced",
-                        lambda model, source, beams, new_tokens, device, **options: calls.append((model.config.model_type, options)))
+    monkeypatch.setattr(
+        speed,
+        "generate_forced",
+        lambda model, source, beams, new_tokens, device, **options: calls.append(
+            (model.config.model_type, options)
+        ),
+    )
     torch.manual_seed(0)
     models = {member: build_model(member, "tiny", VOCAB) for member in ("dwlstm", speed.MARIAN)}
     settings = BenchmarkSettings(compile_decoding=True, precisions=("float32", "int8"))
-    tasks = {**speed.generation_tasks(models, random_batch(2, 6, 1, VOCAB), settings),
-             **speed.shortlist_tasks(models, random_batch(2, 6, 1, VOCAB), settings)}
+    tasks = {
+        **speed.generation_tasks(models, random_batch(2, 6, 1, VOCAB), settings),
+        **speed.shortlist_tasks(models, random_batch(2, 6, 1, VOCAB), settings),
+    }
     for task in tasks.values():
         task()
     marian = [options for model_type, options in calls if model_type == "marian"]
@@ -455,30 +693,46 @@ KEPT_RECORD_VERDICTS = {  # each target's verdict column, in order, as the recor
     "deployment": ["met", "met"] + ["MISSED"] * 13 + ["reported", "met"],
     "int8run": ["MISSED"] * 6 + ["met", "reported", "MISSED"],
     "rerun": ["met", "met"] + ["MISSED"] * 5 + ["reported", "MISSED"],
-    "avx2-run1": ["met"] * 4 + ["MISSED"] * 3 + ["reported"] * 2 + ["MISSED"] + ["reported"] * 2 + ["MISSED"]
-    + ["reported"] * 2 + ["met"] * 2,
+    "avx2-run1": ["met"] * 4
+    + ["MISSED"] * 3
+    + ["reported"] * 2
+    + ["MISSED"]
+    + ["reported"] * 2
+    + ["MISSED"]
+    + ["reported"] * 2
+    + ["met"] * 2,
 }
 
 
 RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "speed" / "records"
-KEPT_IN = {"final-run": "avx512-vnni-bf16", "deployment": "avx512-vnni-bf16", "int8run": "avx512-vnni-bf16",
-           "rerun": "avx512-vnni-bf16", "avx2-run1": "avx2"}
+KEPT_IN = {
+    "final-run": "avx512-vnni-bf16",
+    "deployment": "avx512-vnni-bf16",
+    "int8run": "avx512-vnni-bf16",
+    "rerun": "avx512-vnni-bf16",
+    "avx2-run1": "avx2",
+}
 
 
 @pytest.mark.parametrize("record", sorted(KEPT_RECORD_VERDICTS))
 def test_the_kept_records_still_format(record):
     """The reports kept in experiments/speed/records/ (one file per CPU class) render with today's
-    format_report, including those written before targets had verdicts (their `met`: True, False or None reads as
-    met / MISSED / reported)."""
+    format_report, including those written before targets had verdicts (their `met`: True, False or
+    None reads as met / MISSED / reported)."""
     report = kept_report(RECORDS / f"{KEPT_IN[record]}.json", record)
     table = format_report(report)
-    rows = [line for line in table.splitlines() if any(f"| {check['target']} [" in line for check in report["targets"])]
+    rows = [
+        line
+        for line in table.splitlines()
+        if any(f"| {check['target']} [" in line for check in report["targets"])
+    ]
     assert [row.rstrip(" |").rsplit("| ", 1)[1] for row in rows] == KEPT_RECORD_VERDICTS[record]
 
 
 def test_every_kept_run_is_found_with_its_code_and_command(tmp_path, capsys):
-    """Each records file names every run once, with the commit it measured and the command; `--show` prints a kept
-    run's tables, and a run or file that is not there is a one-line error naming what is."""
+    """Each records file names every run once, with the commit it measured and the command; `--show`
+    prints a kept run's tables, and a run or file that is not there is a one-line error naming
+    what is."""
     runs = {name: kept_reports(RECORDS / f"{name}.json") for name in ("avx2", "avx512-vnni-bf16")}
     assert len(runs["avx2"]) == 21 and len(runs["avx512-vnni-bf16"]) == 5
     latest = runs["avx2"]["avx2-run19"]["kept"]
@@ -486,7 +740,10 @@ def test_every_kept_run_is_found_with_its_code_and_command(tmp_path, capsys):
     assert all(report["machine"]["cpu_capability"] == "AVX2" for report in runs["avx2"].values())
     run_script("measure_speed", "--show", RECORDS / "avx2.json", "avx2-run19")
     shown = capsys.readouterr().out
-    assert "code 9929af2" in shown and "| depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (beam4)" in shown
+    assert (
+        "code 9929af2" in shown
+        and "| depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (beam4)" in shown
+    )
     with pytest.raises(ValueError, match="keeps no run 'avx2-run99'; it keeps avx2-run1, "):
         kept_report(RECORDS / "avx2.json", "avx2-run99")
     single = tmp_path / "one.json"

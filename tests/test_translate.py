@@ -169,7 +169,18 @@ def test_an_interrupted_run_leaves_no_output_and_resumes_from_its_last_batch(
     monkeypatch.undo()
     write(source, lines[:4])
     with pytest.raises(ValueError, match="another input"):
-        main(["--model", folder, "--input", source, "--output", tmp_path / "x", *ONE_A_BATCH, "--resume"])
+        main(
+            [
+                "--model",
+                folder,
+                "--input",
+                source,
+                "--output",
+                tmp_path / "x",
+                *ONE_A_BATCH,
+                "--resume",
+            ]
+        )
 
 
 def test_long_lines_are_cut_with_a_warning_that_counts_them(bilingual, corpus, tmp_path, caplog):
@@ -193,16 +204,36 @@ def test_json_lines_choose_the_direction_per_line(multilingual, corpus, tmp_path
     source = write(tmp_path / "in.jsonl", [json.dumps(request) for request in requests])
     json_flags = ["--json_lines", "--target_lang", "de", *FLAGS]
     main(["--model", folder, "--input", source, "--output", tmp_path / "out", *json_flags])
-    expected = [_alone(model, tokenizer, corpus[0], "de"), _alone(model, tokenizer, corpus[1], "fr"), "",
-                _alone(model, tokenizer, corpus[2], "de")]
+    expected = [
+        _alone(model, tokenizer, corpus[0], "de"),
+        _alone(model, tokenizer, corpus[1], "fr"),
+        "",
+        _alone(model, tokenizer, corpus[2], "de"),
+    ]
     assert read(tmp_path / "out") == expected
     english = write(tmp_path / "in.en", corpus[:3])
-    main(["--model", folder, "--input", english, "--output", tmp_path / "out.fr", "--target_lang", "fr", *FLAGS])
-    assert read(tmp_path / "out.fr") == [_alone(model, tokenizer, text, "fr") for text in corpus[:3]]
+    main(
+        [
+            "--model",
+            folder,
+            "--input",
+            english,
+            "--output",
+            tmp_path / "out.fr",
+            "--target_lang",
+            "fr",
+            *FLAGS,
+        ]
+    )
+    assert read(tmp_path / "out.fr") == [
+        _alone(model, tokenizer, text, "fr") for text in corpus[:3]
+    ]
 
 
 def _alone(model, tokenizer, text, target):
-    return translate_sentences(model, tokenizer, [text], language_tag=target, **DECODE).hypotheses[0]
+    return translate_sentences(model, tokenizer, [text], language_tag=target, **DECODE).hypotheses[
+        0
+    ]
 
 
 @pytest.mark.parametrize(

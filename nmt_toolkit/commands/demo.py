@@ -11,7 +11,8 @@ by `nmt_toolkit.demo.build_demo`; space/app.py serves the same page as a Hugging
 import argparse
 import os
 
-import modeling_dwlstm  # noqa: F401  (registers the model family with the Auto classes and the pipeline)
+# registers the model family with the Auto classes and the pipeline
+import modeling_dwlstm  # noqa: F401
 
 from ..arguments import positive_int
 from ..cli import exit_on_error
@@ -20,19 +21,33 @@ from ..files import set_threads
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=os.environ.get(MODEL_VARIABLE), help=(
-        f"A saved model folder (with its tokenizer) or a Hub id (default: ${MODEL_VARIABLE})."))
-    parser.add_argument("--host", default="127.0.0.1", help="The address to serve on (0.0.0.0: every interface).")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model",
+        default=os.environ.get(MODEL_VARIABLE),
+        help=(
+            f"A saved model folder (with its tokenizer) or a Hub id (default: ${MODEL_VARIABLE})."
+        ),
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="The address to serve on (0.0.0.0: every interface)."
+    )
     parser.add_argument("--port", type=positive_int, default=7860)
-    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's).")
-    parser.add_argument("--trust_remote_code", action="store_true", help="Load a model whose code is not installed.")
+    parser.add_argument(
+        "--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)."
+    )
+    parser.add_argument(
+        "--trust_remote_code", action="store_true", help="Load a model whose code is not installed."
+    )
     args = parser.parse_args(argv)
     if not args.model:
         raise ValueError(f"Give the model: --model FOLDER_OR_HUB_ID, or set {MODEL_VARIABLE}.")
     set_threads(args.threads)
-    build_demo(args.model, trust_remote_code=args.trust_remote_code).launch(server_name=args.host,
-                                                                            server_port=args.port)
+    build_demo(args.model, trust_remote_code=args.trust_remote_code).launch(
+        server_name=args.host, server_port=args.port
+    )
 
 
 def run():

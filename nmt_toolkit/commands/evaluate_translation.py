@@ -1,4 +1,5 @@
-"""Translate a test set with beam search and report BLEU, chrF, speed and significance (as in Xu et al. 2024, §3.1).
+"""Translate a test set with beam search and report BLEU, chrF, speed and significance (as in Xu et
+al. 2024, §3.1).
 
     dwlstm-evaluate --model runs/base-avg --output_dir runs/base-avg/test \
         --data wmt14 --split test --source_lang en --target_lang de --num_beams 4
@@ -9,7 +10,7 @@
 
 Writes `hypotheses.txt` (input order) and `results.json` into --output_dir and prints the results.
 The work is done by `nmt_toolkit.evaluation.run_evaluation`.
-"""
+"""  # noqa: E501
 
 import json
 

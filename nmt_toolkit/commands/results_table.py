@@ -1,5 +1,6 @@
-"""Print a multilingual evaluation's results.json as a Markdown table (per direction, then group averages, win ratios,
-the pivot comparison and the subset per side: Xu et al. 2024, Table 7's report), or several systems side by side.
+"""Print a multilingual evaluation's results.json as a Markdown table (per direction, then group
+averages, win ratios, the pivot comparison and the subset per side: Xu et al. 2024, Table 7's
+report), or several systems side by side.
 
     dwlstm-results-table runs/m30k/dwlstm-m2m/test/results.json \\
         --baseline runs/m30k/residual-m2m/test/results.json
@@ -17,12 +18,25 @@ from nmt_toolkit.hub import read_results
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", nargs="?", help="results.json of evaluate_translation.py --language_pairs ...")
-    parser.add_argument("--baseline", help="The baseline's results.json (its sacreBLEU in a column of its own).")
-    parser.add_argument("--systems", nargs="+", metavar="NAME=RESULTS", help=(
-        "Instead: one row per system (NAME=results.json), the averages out of / into English and zero-shot, the "
-        "subset, the win ratios, off-target and pivot (Xu et al. 2024, Table 7)."))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "results", nargs="?", help="results.json of evaluate_translation.py --language_pairs ..."
+    )
+    parser.add_argument(
+        "--baseline", help="The baseline's results.json (its sacreBLEU in a column of its own)."
+    )
+    parser.add_argument(
+        "--systems",
+        nargs="+",
+        metavar="NAME=RESULTS",
+        help=(
+            "Instead: one row per system (NAME=results.json), the averages out of / into English "
+            "and zero-shot, the subset, the win ratios, off-target and pivot (Xu et al. 2024, "
+            "Table 7)."
+        ),
+    )
     args = parser.parse_args(argv)
     if (args.results is None) == (args.systems is None):
         parser.error("give one results.json, or --systems NAME=results.json ...")
@@ -42,7 +56,9 @@ def main(argv=None):
 def _multilingual(parser, path: str) -> dict:
     results = read_results(path)
     if "directions" not in results:
-        parser.error(f"{path} is a one-direction evaluation; the table is for --language_pairs evaluations.")
+        parser.error(
+            f"{path} is a one-direction evaluation; the table is for --language_pairs evaluations."
+        )
     return results
 
 

@@ -8,9 +8,9 @@ Several processes (same arguments):
     accelerate launch --multi_gpu --num_processes 8 -m nmt_toolkit.commands.train_translation ...
     torchrun --nproc_per_node 8 -m nmt_toolkit.commands.train_translation ...
     accelerate launch --config_file examples/accelerate/fsdp2.yaml -m nmt_toolkit.commands.train_translation ...   (fully sharded)
-Continue a killed run: add `--resume_from_checkpoint last`. `--help` lists every option, including all of
-`Seq2SeqTrainingArguments`.
-"""
+Continue a killed run: add `--resume_from_checkpoint last`. `--help` lists every option, including
+all of `Seq2SeqTrainingArguments`.
+"""  # noqa: E501
 
 import torch
 
@@ -22,8 +22,8 @@ def main():
     try:
         train_translation(*parse_training_arguments())
     finally:
-        # A gloo group left to the interpreter's exit can abort a finished run's process ("terminate called
-        # without an active exception", exit code -6), so each process releases its own.
+        # A gloo group left to the interpreter's exit can abort a finished run's process ("terminate
+        # called without an active exception", exit code -6), so each process releases its own.
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 

@@ -6,7 +6,7 @@
     dwlstm-translate --model runs/m30k-m2m --input requests.jsonl --json_lines --output out.txt
 
 The work is done by `nmt_toolkit.translate.run_translation`.
-"""
+"""  # noqa: E501
 
 from transformers import HfArgumentParser
 

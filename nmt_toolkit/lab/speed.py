@@ -68,54 +68,99 @@ from ..allocator import freed_memory_kept, keep_freed_memory
 from ..ctranslate2_export import convert_loaded
 from ..files import atomic_write_json
 
-# The papers' base size (paper_configs.SIZES) at 6+6 layers, and a small one (RESULTS.md's campaign size).
+# The papers' base size (paper_configs.SIZES) at 6+6 layers, and a small one (RESULTS.md's
+# campaign size).
 SIZES = {
-    "base": dict(d_model=PAPER_SIZES["base"]["d_model"], encoder_layers=6, decoder_layers=6,
-                 heads=PAPER_SIZES["base"]["encoder_attention_heads"], ffn_dim=PAPER_SIZES["base"]["ffn_dim"]),
+    "base": dict(
+        d_model=PAPER_SIZES["base"]["d_model"],
+        encoder_layers=6,
+        decoder_layers=6,
+        heads=PAPER_SIZES["base"]["encoder_attention_heads"],
+        ffn_dim=PAPER_SIZES["base"]["ffn_dim"],
+    ),
     "small": dict(d_model=256, encoder_layers=3, decoder_layers=3, heads=4, ffn_dim=1024),
 }
 MARIAN = "marian"
-FIRST_WORD = UNK_ID + 1  # random words are drawn from [FIRST_WORD, vocab - 1): after the special ids, before Marian's pad
-# Generation precisions: name -> precision.prepare_for_inference(dtype, quantize), precision.PRECISIONS.
+# random words are drawn from [FIRST_WORD, vocab - 1): after the special ids, before Marian's pad
+FIRST_WORD = UNK_ID + 1
+# Generation precisions: name -> precision.prepare_for_inference(dtype, quantize),
+# precision.PRECISIONS.
 PRECISIONS = INFERENCE_PRECISIONS
-ENGINE_PRECISIONS = ("float32", "int8")  # CTranslate2 compute types (it refuses bfloat16 on a CPU without AMX)
-ENGINE_MEMBERS = (MARIAN, "residual-prenorm")  # what CTranslate2 can run: Marian, and our export of the baselines
-# Xu et al. 2024, Table 6: the 12-layer depth-wise LSTM decodes as well as, and 1.65x faster than, the 24-layer
-# residual model.
-DEPTH_PAIR = {"dwlstm": dict(encoder_layers=12, decoder_layers=12),
-              "residual-prenorm": dict(encoder_layers=24, decoder_layers=24)}
+# CTranslate2 compute types (it refuses bfloat16 on a CPU without AMX)
+ENGINE_PRECISIONS = ("float32", "int8")
+# what CTranslate2 can run: Marian, and our export of the baselines
+ENGINE_MEMBERS = (MARIAN, "residual-prenorm")
+# Xu et al. 2024, Table 6: the 12-layer depth-wise LSTM decodes as well as, and 1.65x faster than,
+# the 24-layer residual model.
+DEPTH_PAIR = {
+    "dwlstm": dict(encoder_layers=12, decoder_layers=12),
+    "residual-prenorm": dict(encoder_layers=24, decoder_layers=24),
+}
 
-# The deployment run's targets, each (name, kind, options); `check_targets` reads them, one function per kind
-# (`TARGET_CHECKS`). A minimum of None is a row reported beside the targets, not a target.
+# The deployment run's targets, each (name, kind, options); `check_targets` reads them, one function
+# per kind (`TARGET_CHECKS`). A minimum of None is a row reported beside the targets, not a target.
 TARGETS = [
-    ("int8 decoding (the CPU's int8 route) vs float32", "precision_vs_float32",
-     dict(members=("dwlstm", "residual-prenorm"), precision="int8", minimum=1.3)),
-    ("bfloat16 decoding vs float32", "precision_vs_float32",
-     dict(members=("dwlstm", "residual-prenorm"), precision="bfloat16", minimum=1.0)),
-    ("depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian", "path_vs_engine",
-     dict(member="dwlstm", precision=None, minimums={"beam4": 0.76, "greedy": 0.9})),
-    ("residual pre-norm, generate() int8 vs CTranslate2 int8 Marian", "path_vs_engine",
-     dict(member="residual-prenorm", precision="int8", minimums={"beam4": 1.0})),
-    ("residual pre-norm, our CTranslate2 export int8 vs CTranslate2 int8 Marian", "export_vs_engine",
-     dict(member="residual-prenorm", minimums={"beam4": None, "greedy": None})),
-    ("depth-wise LSTM with a shortlist vs CTranslate2 int8 Marian with the same table", "shortlist_vs_engine",
-     dict(member="dwlstm", minimums={"beam4": 1.0, "greedy": 1.0})),
-    ("depth-wise LSTM int8 beam-4 decoding, share of the time in int8 matrix products", "gemm_share",
-     dict(member="dwlstm", minimum=0.6)),
+    (
+        "int8 decoding (the CPU's int8 route) vs float32",
+        "precision_vs_float32",
+        dict(members=("dwlstm", "residual-prenorm"), precision="int8", minimum=1.3),
+    ),
+    (
+        "bfloat16 decoding vs float32",
+        "precision_vs_float32",
+        dict(members=("dwlstm", "residual-prenorm"), precision="bfloat16", minimum=1.0),
+    ),
+    (
+        "depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian",
+        "path_vs_engine",
+        dict(member="dwlstm", precision=None, minimums={"beam4": 0.76, "greedy": 0.9}),
+    ),
+    (
+        "residual pre-norm, generate() int8 vs CTranslate2 int8 Marian",
+        "path_vs_engine",
+        dict(member="residual-prenorm", precision="int8", minimums={"beam4": 1.0}),
+    ),
+    (
+        "residual pre-norm, our CTranslate2 export int8 vs CTranslate2 int8 Marian",
+        "export_vs_engine",
+        dict(member="residual-prenorm", minimums={"beam4": None, "greedy": None}),
+    ),
+    (
+        "depth-wise LSTM with a shortlist vs CTranslate2 int8 Marian with the same table",
+        "shortlist_vs_engine",
+        dict(member="dwlstm", minimums={"beam4": 1.0, "greedy": 1.0}),
+    ),
+    (
+        "depth-wise LSTM int8 beam-4 decoding, share of the time in int8 matrix products",
+        "gemm_share",
+        dict(member="dwlstm", minimum=0.6),
+    ),
     ("bf16 vs fp32 training step speed-up", "bf16_training", dict(share_of_matmul_ratio=0.9)),
-    ("12+12 depth-wise LSTM vs 24+24 residual pre-norm, decoding", "depth_pair", dict(minimums={"beam4": 1.65})),
-    ("residual pre-norm fp32 training step, share of the matmul peak", "matmul_share",
-     dict(member="residual-prenorm", minimum=0.75)),
+    (
+        "12+12 depth-wise LSTM vs 24+24 residual pre-norm, decoding",
+        "depth_pair",
+        dict(minimums={"beam4": 1.65}),
+    ),
+    (
+        "residual pre-norm fp32 training step, share of the matmul peak",
+        "matmul_share",
+        dict(member="residual-prenorm", minimum=0.75),
+    ),
 ]
 # The int8 product of each route of `precision.quantize_int8`, as torch.profiler names it.
-INT8_GEMM_OPS = {"fbgemm": "quantized::linear_with_input_q_dq_qweight_dq_output_fp32", "int_mm": "aten::_int_mm"}
+INT8_GEMM_OPS = {
+    "fbgemm": "quantized::linear_with_input_q_dq_qweight_dq_output_fp32",
+    "int_mm": "aten::_int_mm",
+}
 PROFILED_MEMBER = "dwlstm"  # whose int8 beam-4 decoding `int8_gemm_share` profiles
 SEARCHES = ("beam4", "greedy")
-# The synthetic shortlist: random targets per source token plus the most frequent words (here: the first ids).
+# The synthetic shortlist: random targets per source token plus the most frequent words (here: the
+# first ids).
 SHORTLIST_TOP_K = 6
 SHORTLIST_FREQUENT = 100
 SHORTLIST = "shortlist"  # the suffix of the engine rows decoded with it
-PATH_NAMES = {"train_bf16": "bf16 training", "int8_gemm_share": "the int8 GEMM profile"}  # else "{precision} decoding"
+# else "{precision} decoding"
+PATH_NAMES = {"train_bf16": "bf16 training", "int8_gemm_share": "the int8 GEMM profile"}
 
 
 @dataclass
@@ -132,18 +177,26 @@ class BenchmarkSettings:
     vocab_size: int = PAPER_VOCAB_SIZE
     members: tuple | None = None  # None: every registered member, plus Marian
     measure_memory: bool = True
-    peak_matmul_size: int | None = None  # side of the square matmul timed for the peak; None: 2048 (CPU), 8192 (GPU)
+    # side of the square matmul timed for the peak; None: 2048 (CPU), 8192 (GPU)
+    peak_matmul_size: int | None = None
     compile: bool = False  # torch.compile the family's models (Marian stays eager)
-    compile_decoding: bool = False  # the family's generate() with compile_decoding=True; the first decodes, which
+    # the family's generate() with compile_decoding=True; the first decodes, which
+    compile_decoding: bool = False
     # compile, are the warm-up (reported as `first_decode_s`)
     precisions: tuple = ("float32",)  # generation precisions, keys of PRECISIONS
     train_bf16: bool = False  # also time training under bfloat16 autocast, at headline_length
-    ctranslate2: bool = False  # CTranslate2 rows (ENGINE_MEMBERS in ENGINE_PRECISIONS); skipped if not installed
-    depth_pair: bool = False  # 12+12 depth-wise LSTM vs 24+24 residual pre-norm decoding, at base size
-    shortlist: bool = False  # also decode with a vocabulary shortlist: our members and CTranslate2 (`use_vmap`)
-    gemm_share: bool = False  # profile PROFILED_MEMBER's int8 beam-4 decoding: its share in int8 matrix products
-    measure_refused: bool = False  # also time the paths this CPU refuses to users (`refused_paths`); else only list them
-    keep_freed_memory: bool = False  # glibc keeps freed memory for the whole run (`nmt_toolkit.allocator.keep_freed_memory`)
+    # CTranslate2 rows (ENGINE_MEMBERS in ENGINE_PRECISIONS); skipped if not installed
+    ctranslate2: bool = False
+    # 12+12 depth-wise LSTM vs 24+24 residual pre-norm decoding, at base size
+    depth_pair: bool = False
+    # also decode with a vocabulary shortlist: our members and CTranslate2 (`use_vmap`)
+    shortlist: bool = False
+    # profile PROFILED_MEMBER's int8 beam-4 decoding: its share in int8 matrix products
+    gemm_share: bool = False
+    # also time the paths this CPU refuses to users (`refused_paths`); else only list them
+    measure_refused: bool = False
+    # glibc keeps freed memory for the whole run (`nmt_toolkit.allocator.keep_freed_memory`)
+    keep_freed_memory: bool = False
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
 
     def check(self):
@@ -151,19 +204,34 @@ class BenchmarkSettings:
         if unknown:
             raise ValueError(f"Unknown sizes {unknown}; choose from {sorted(SIZES)}.")
         if self.headline_length not in self.lengths:
-            raise ValueError(f"headline_length {self.headline_length} must be one of lengths {self.lengths}.")
+            raise ValueError(
+                f"headline_length {self.headline_length} must be one of lengths {self.lengths}."
+            )
         if any(2 * length > self.token_budget for length in self.lengths):
-            raise ValueError(f"token_budget {self.token_budget} is too small for one sentence pair of length {max(self.lengths)}.")
+            raise ValueError(
+                f"token_budget {self.token_budget} is too small for one sentence pair of length "
+                f"{max(self.lengths)}."
+            )
         if self.repeats < 1 or self.threads < 1 or self.new_tokens < 1 or self.generation_batch < 1:
             raise ValueError("repeats, threads, new_tokens and generation_batch must be >= 1.")
         known = registered_members()
         if self.members is not None and set(self.members) - set(known) - {MARIAN}:
-            raise ValueError(f"Unknown members {sorted(set(self.members) - set(known) - {MARIAN})}; registered: {sorted(known)}.")
+            raise ValueError(
+                f"Unknown members {sorted(set(self.members) - set(known) - {MARIAN})}; "
+                f"registered: {sorted(known)}."
+            )
         if set(self.precisions) - set(PRECISIONS) or "float32" not in self.precisions:
-            raise ValueError(f"precisions must include float32 and come from {', '.join(PRECISIONS)}; got {self.precisions}.")
-        if self.device != "cpu" and (len(self.precisions) > 1 or self.train_bf16 or self.ctranslate2 or self.gemm_share):
-            raise ValueError("precisions, train_bf16, ctranslate2 and gemm_share measure CPU paths: run them with "
-                             "device='cpu'.")
+            raise ValueError(
+                f"precisions must include float32 and come from {', '.join(PRECISIONS)}; got "
+                f"{self.precisions}."
+            )
+        if self.device != "cpu" and (
+            len(self.precisions) > 1 or self.train_bf16 or self.ctranslate2 or self.gemm_share
+        ):
+            raise ValueError(
+                "precisions, train_bf16, ctranslate2 and gemm_share measure CPU paths: run them "
+                "with device='cpu'."
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,8 +240,9 @@ class BenchmarkSettings:
 
 
 def registered_members() -> dict:
-    """name -> (config class, fields) for every member `paper_configs.MEMBER_PRESETS` names, plus any member in
-    `FAMILY` it does not cover (by its default options), so newly registered members are benchmarked too."""
+    """name -> (config class, fields) for every member `paper_configs.MEMBER_PRESETS` names, plus
+    any member in `FAMILY` it does not cover (by its default options), so newly registered members
+    are benchmarked too."""
     members = dict(MEMBER_PRESETS)
     covered = {config_class for config_class, _ in members.values()}
     for config_class, _, _ in FAMILY:
@@ -182,46 +251,84 @@ def registered_members() -> dict:
     return members
 
 
-def build_model(member: str, size: str, vocab_size: int = PAPER_VOCAB_SIZE, **overrides) -> nn.Module:
-    """A randomly initialised translation model of `member` (or "marian") at `SIZES[size]`, tied embeddings."""
+def build_model(
+    member: str, size: str, vocab_size: int = PAPER_VOCAB_SIZE, **overrides
+) -> nn.Module:
+    """A randomly initialised translation model of `member` (or "marian") at `SIZES[size]`, tied
+    embeddings."""
     shape = dict(SIZES[size])
     shape.update({key: overrides.pop(key) for key in list(overrides) if key in shape})
     heads = shape.pop("heads")
-    common = dict(vocab_size=vocab_size, dropout=0.1, pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=PAD)
-    if member == MARIAN:  # Marian's pad (its decoder start) is its last word, where CTranslate2's Marian loader expects it
+    common = dict(
+        vocab_size=vocab_size,
+        dropout=0.1,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=PAD,
+    )
+    # Marian's pad (its decoder start) is its last word, where CTranslate2's Marian loader
+    # expects it
+    if member == MARIAN:
         common.update(pad_token_id=vocab_size - 1, decoder_start_token_id=vocab_size - 1)
         config = MarianConfig(
-            d_model=shape["d_model"], encoder_layers=shape["encoder_layers"], decoder_layers=shape["decoder_layers"],
-            encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=shape["ffn_dim"],
-            decoder_ffn_dim=shape["ffn_dim"], activation_function="relu", scale_embedding=True,
-            forced_eos_token_id=None, bos_token_id=0, max_position_embeddings=1024,
-            share_encoder_decoder_embeddings=True, tie_word_embeddings=True, **common, **overrides,
+            d_model=shape["d_model"],
+            encoder_layers=shape["encoder_layers"],
+            decoder_layers=shape["decoder_layers"],
+            encoder_attention_heads=heads,
+            decoder_attention_heads=heads,
+            encoder_ffn_dim=shape["ffn_dim"],
+            decoder_ffn_dim=shape["ffn_dim"],
+            activation_function="relu",
+            scale_embedding=True,
+            forced_eos_token_id=None,
+            bos_token_id=0,
+            max_position_embeddings=1024,
+            share_encoder_decoder_embeddings=True,
+            tie_word_embeddings=True,
+            **common,
+            **overrides,
         )
         return MarianMTModel(config)
     config_class, member_fields = registered_members()[member]
     config = config_class(
-        **shape, encoder_attention_heads=heads, decoder_attention_heads=heads, **common, **member_fields, **overrides
+        **shape,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        **common,
+        **member_fields,
+        **overrides,
     )
     return AutoModelForSeq2SeqLM.from_config(config)
 
 
-def synthetic_shortlist(vocab_size: int, top_k: int = SHORTLIST_TOP_K, frequent: int = SHORTLIST_FREQUENT,
-                        seed: int = 0) -> Shortlist:
-    """A shortlist for random-weight models: `top_k` random words per source token, the first `frequent` words and
-    the special tokens (ours and Marian's padding, the last id) always allowed."""
+def synthetic_shortlist(
+    vocab_size: int, top_k: int = SHORTLIST_TOP_K, frequent: int = SHORTLIST_FREQUENT, seed: int = 0
+) -> Shortlist:
+    """A shortlist for random-weight models: `top_k` random words per source token, the first
+    `frequent` words and the special tokens (ours and Marian's padding, the last id) always
+    allowed."""
     generator = torch.Generator().manual_seed(seed)
     table = torch.randint(FIRST_WORD, vocab_size - 1, (vocab_size, top_k), generator=generator)
-    frequent_words = range(FIRST_WORD, min(FIRST_WORD + frequent, vocab_size - 1))  # fewer in a tiny vocabulary
+    # fewer in a tiny vocabulary
+    frequent_words = range(FIRST_WORD, min(FIRST_WORD + frequent, vocab_size - 1))
     always = torch.tensor([BOS, EOS, PAD, UNK_ID, vocab_size - 1, *frequent_words])
-    return Shortlist(table, always, {"score": "random (benchmark)", "top_k": top_k, "frequent": frequent})
+    return Shortlist(
+        table, always, {"score": "random (benchmark)", "top_k": top_k, "frequent": frequent}
+    )
 
 
-def random_batch(batch: int, source_length: int, target_length: int, vocab_size: int, seed: int = 0) -> dict:
+def random_batch(
+    batch: int, source_length: int, target_length: int, vocab_size: int, seed: int = 0
+) -> dict:
     generator = torch.Generator().manual_seed(seed)
     return dict(
-        input_ids=torch.randint(FIRST_WORD, vocab_size - 1, (batch, source_length), generator=generator),
+        input_ids=torch.randint(
+            FIRST_WORD, vocab_size - 1, (batch, source_length), generator=generator
+        ),
         attention_mask=torch.ones(batch, source_length, dtype=torch.long),
-        labels=torch.randint(FIRST_WORD, vocab_size - 1, (batch, target_length), generator=generator),
+        labels=torch.randint(
+            FIRST_WORD, vocab_size - 1, (batch, target_length), generator=generator
+        ),
     )
 
 
@@ -230,67 +337,105 @@ def batch_size_for(length: int, token_budget: int) -> int:
 
 
 def inference_copy(model: nn.Module, precision: str, allow_refused: bool = False) -> nn.Module:
-    """A copy of `model` prepared for generation in `precision` (a key of PRECISIONS) as users get it; float32 is
-    `model` itself. `allow_refused`: also where this CPU refuses it to users (`refused_routes`), to time how slow it
-    is: bfloat16 through `allow_slow`, int8 through torch._int_mm's fallback."""
+    """A copy of `model` prepared for generation in `precision` (a key of PRECISIONS) as users get
+    it; float32 is `model` itself. `allow_refused`: also where this CPU refuses it to users
+    (`refused_routes`), to time how slow it is: bfloat16 through `allow_slow`, int8 through
+    torch._int_mm's fallback."""
     if precision == "float32":
         return model
     dtype, quantize = PRECISIONS[precision]
     if quantize == "int8" and allow_refused and "int8" in refused_routes():
-        return quantize_int8(prepare_for_inference(copy.deepcopy(model), dtype, allow_slow=True), route="int_mm")
+        return quantize_int8(
+            prepare_for_inference(copy.deepcopy(model), dtype, allow_slow=True), route="int_mm"
+        )
     return prepare_for_inference(copy.deepcopy(model), dtype, quantize, allow_slow=allow_refused)
 
 
 def random_words_tokenizer(vocab_size: int, pad_last: bool = False):
-    """A word-level tokenizer over the benchmark's ids: word i is "w{i}", the special tokens at this family's
-    ids, or Marian's pad at the last id (`pad_last`). The CTranslate2 converters read the vocabulary from it."""
-    specials = {BOS: "<s>", EOS: "</s>", UNK_ID: "<unk>", vocab_size - 1 if pad_last else PAD: "<pad>"}
+    """A word-level tokenizer over the benchmark's ids: word i is "w{i}", the special tokens at this
+    family's ids, or Marian's pad at the last id (`pad_last`). The CTranslate2 converters read the
+    vocabulary from it."""
+    specials = {
+        BOS: "<s>",
+        EOS: "</s>",
+        UNK_ID: "<unk>",
+        vocab_size - 1 if pad_last else PAD: "<pad>",
+    }
     vocabulary = {specials.get(i, f"w{i}"): i for i in range(vocab_size)}
-    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>")),
-                                   bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>")),
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+    )
 
 
-def ctranslate2_models(models: dict, settings: "BenchmarkSettings", directory: str, log=print) -> dict:
-    """{member: converted model directory} for the ENGINE_MEMBERS among `models`, each converted once in float32
-    into `directory` (every ENGINE_PRECISIONS compute type loads it), with `synthetic_shortlist` as its vocabulary
-    map when `settings.shortlist`. {} (with a message) when CTranslate2 is not installed."""
+def ctranslate2_models(
+    models: dict, settings: "BenchmarkSettings", directory: str, log=print
+) -> dict:
+    """{member: converted model directory} for the ENGINE_MEMBERS among `models`, each converted
+    once in float32 into `directory` (every ENGINE_PRECISIONS compute type loads it), with
+    `synthetic_shortlist` as its vocabulary map when `settings.shortlist`. {} (with a message) when
+    CTranslate2 is not installed."""
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
-        log("CTranslate2 rows skipped: ctranslate2 is not installed (pip install 'modeling-dwlstm[ctranslate2]').")
+        log(
+            "CTranslate2 rows skipped: ctranslate2 is not installed (pip install "
+            "'modeling-dwlstm[ctranslate2]')."
+        )
         return {}
     shortlist = synthetic_shortlist(settings.vocab_size) if settings.shortlist else None
-    return {member: convert_loaded(models[member], random_words_tokenizer(settings.vocab_size, pad_last=member == MARIAN),
-                                   str(Path(directory) / member), shortlist=shortlist)
-            for member in ENGINE_MEMBERS if member in models}
+    return {
+        member: convert_loaded(
+            models[member],
+            random_words_tokenizer(settings.vocab_size, pad_last=member == MARIAN),
+            str(Path(directory) / member),
+            shortlist=shortlist,
+        )
+        for member in ENGINE_MEMBERS
+        if member in models
+    }
 
 
 def ctranslate2_translators(paths: dict, threads: int) -> dict:
-    """{(member, precision): ctranslate2.Translator} for every converted model in `paths` and ENGINE_PRECISIONS."""
+    """{(member, precision): ctranslate2.Translator} for every converted model in `paths` and
+    ENGINE_PRECISIONS."""
     import ctranslate2
 
-    return {(member, precision): ctranslate2.Translator(path, device="cpu", compute_type=precision,
-                                                        intra_threads=threads, inter_threads=1)
-            for member, path in paths.items() for precision in ENGINE_PRECISIONS}
+    return {
+        (member, precision): ctranslate2.Translator(
+            path, device="cpu", compute_type=precision, intra_threads=threads, inter_threads=1
+        )
+        for member, path in paths.items()
+        for precision in ENGINE_PRECISIONS
+    }
 
 
 class EngineProcess:
-    """CTranslate2's translators in a child process, translating on request; the parent times each request.
+    """CTranslate2's translators in a child process, translating on request; the parent times each
+    request.
 
-    Why not in the benchmark's own process: there, after CTranslate2's first translation, PyTorch's int8
-    decoding ran 25-30% slower for the rest of the process (experiments/speed/README.md, 20:55),
-    which would slow every generate() row interleaved after it. A request is one pipe round trip, well under
-    a millisecond against tasks of 0.3-3 s."""
+    Why not in the benchmark's own process: there, after CTranslate2's first translation, PyTorch's
+    int8 decoding ran 25-30% slower for the rest of the process (experiments/speed/README.md,
+    20:55), which would slow every generate() row interleaved after it. A request is one pipe round
+    trip, well under a millisecond against tasks of 0.3-3 s."""
 
     def __init__(self, paths: dict, threads: int, source_tokens: list[list[str]]):
-        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no PyTorch threads forked mid-state
+        # a fresh interpreter: no PyTorch threads forked mid-state
+        context = multiprocessing.get_context("spawn")
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=serve_translations, args=(child, paths, threads, source_tokens), daemon=True)
+        self.process = context.Process(
+            target=serve_translations, args=(child, paths, threads, source_tokens), daemon=True
+        )
         self.process.start()
-        self.request(None)  # answered once the translators are loaded (or with the error that stopped them)
+        # answered once the translators are loaded (or with the error that stopped them)
+        self.request(None)
 
     def request(self, task: tuple | None):
-        """Run `task` = ((member, precision), num_beams, new_tokens[, use_vmap]) in the child (None: only answer)."""
+        """Run `task` = ((member, precision), num_beams, new_tokens[, use_vmap]) in the child (None:
+        only answer)."""
         self.connection.send(task)
         error = self.connection.recv()
         if error:
@@ -302,7 +447,8 @@ class EngineProcess:
 
 
 def serve_translations(connection, paths: dict, threads: int, source_tokens: list[list[str]]):
-    """The child of `EngineProcess`: load the translators, then translate each request until "stop"."""
+    """The child of `EngineProcess`: load the translators, then translate each request until
+    "stop"."""
     try:
         translators = ctranslate2_translators(paths, threads)
         while (task := connection.recv()) != "stop":
@@ -314,12 +460,22 @@ def serve_translations(connection, paths: dict, threads: int, source_tokens: lis
         connection.send(f"{type(error).__name__}: {error}")
 
 
-def translate_forced(translator, source_tokens: list[list[str]], num_beams: int, new_tokens: int,
-                     use_vmap: bool = False) -> list[list[str]]:
-    """CTranslate2's counterpart of `generate_forced`: exactly `new_tokens` target tokens per sentence (`use_vmap`:
-    over the model's vocabulary map)."""
-    results = translator.translate_batch(source_tokens, beam_size=num_beams, min_decoding_length=new_tokens,
-                                         max_decoding_length=new_tokens, use_vmap=use_vmap)
+def translate_forced(
+    translator,
+    source_tokens: list[list[str]],
+    num_beams: int,
+    new_tokens: int,
+    use_vmap: bool = False,
+) -> list[list[str]]:
+    """CTranslate2's counterpart of `generate_forced`: exactly `new_tokens` target tokens per
+    sentence (`use_vmap`: over the model's vocabulary map)."""
+    results = translator.translate_batch(
+        source_tokens,
+        beam_size=num_beams,
+        min_decoding_length=new_tokens,
+        max_decoding_length=new_tokens,
+        use_vmap=use_vmap,
+    )
     return [result.hypotheses[0] for result in results]
 
 
@@ -329,12 +485,14 @@ def translate_forced(translator, source_tokens: list[list[str]], num_beams: int,
 
 
 def reachable_modules(module: nn.Module, prefix: str = ""):
-    """(path, module) for `module` and everything below it, including shared modules that a layer uses
-    but does not own (attached by reference, see `attach_shared`, or named by `used_modules()`): a shared
-    module counts once per use."""
+    """(path, module) for `module` and everything below it, including shared modules that a layer
+    uses but does not own (attached by reference, see `attach_shared`, or named by
+    `used_modules()`): a shared module counts once per use."""
     yield prefix, module
     children = dict(module._modules)
-    children.update({name: value for name, value in vars(module).items() if isinstance(value, nn.Module)})
+    children.update(
+        {name: value for name, value in vars(module).items() if isinstance(value, nn.Module)}
+    )
     children.update(module.used_modules() if hasattr(module, "used_modules") else {})
     for name, child in children.items():
         if child is not None:
@@ -342,7 +500,8 @@ def reachable_modules(module: nn.Module, prefix: str = ""):
 
 
 def is_attention(module: nn.Module) -> bool:
-    return isinstance(module, MultiHeadAttention) or type(module).__name__.endswith("Attention")  # Marian's too
+    # Marian's too
+    return isinstance(module, MultiHeadAttention) or type(module).__name__.endswith("Attention")
 
 
 def is_cross_attention(path: str, module: nn.Module) -> bool:
@@ -381,58 +540,85 @@ def stack_costs(layers) -> dict:
 
 
 def training_flops(model: nn.Module, batch: int, source_length: int, target_length: int) -> int:
-    """FLOPs of one training step (forward + backward), counted per side (docs/speed.md):
-    6 x (encoder matmul weights x source tokens + (decoder weights + output projection) x target tokens),
-    cross-attention keys/values over source tokens, plus attention's score and value products,
-    4 x Tq x Tk x d forward per attention module, tripled for the backward pass.
-    Matches `torch.utils.flop_counter.FlopCounterMode` under the math SDPA backend (tested)."""
+    """FLOPs of one training step (forward + backward), counted per side (docs/speed.md): 6 x
+    (encoder matmul weights x source tokens + (decoder weights + output projection) x target
+    tokens), cross-attention keys/values over source tokens, plus attention's score and value
+    products, 4 x Tq x Tk x d forward per attention module, tripled for the backward pass. Matches
+    `torch.utils.flop_counter.FlopCounterMode` under the math SDPA backend (tested)."""
     encoder = stack_costs(model.get_encoder().layers)
     decoder = stack_costs(model.get_decoder().layers)
     output_projection = model.get_output_embeddings().weight.numel()
     S, T = source_length, target_length
-    linear = 6 * ((encoder["own_weights"] + decoder["source_weights"]) * S + (decoder["own_weights"] + output_projection) * T)
-    score_and_value_products = encoder["self_attentions"] * S * S + decoder["self_attentions"] * T * T + decoder["cross_attentions"] * T * S
+    linear = 6 * (
+        (encoder["own_weights"] + decoder["source_weights"]) * S
+        + (decoder["own_weights"] + output_projection) * T
+    )
+    score_and_value_products = (
+        encoder["self_attentions"] * S * S
+        + decoder["self_attentions"] * T * T
+        + decoder["cross_attentions"] * T * S
+    )
     return batch * (linear + 3 * 4 * model.config.d_model * score_and_value_products)
 
 
 def decode_matmul_weights(model: nn.Module) -> int:
     """Matmul weights one generated token goes through (decoder layers and output projection; the
-    cross-attention keys/values are computed once): what a decode step costs when matmuls dominate."""
-    return stack_costs(model.get_decoder().layers)["own_weights"] + model.get_output_embeddings().weight.numel()
+    cross-attention keys/values are computed once): what a decode step costs when matmuls
+    dominate."""
+    return (
+        stack_costs(model.get_decoder().layers)["own_weights"]
+        + model.get_output_embeddings().weight.numel()
+    )
 
 
-def matmul_seconds(device: str, dtype: torch.dtype, rows: int, inner: int, columns: int, repeats: int = 5) -> float:
+def matmul_seconds(
+    device: str, dtype: torch.dtype, rows: int, inner: int, columns: int, repeats: int = 5
+) -> float:
     """The best time of a (rows x inner) @ (inner x columns) matmul, after one warm-up."""
     a = torch.randn(rows, inner, device=device, dtype=dtype)
     b = torch.randn(inner, columns, device=device, dtype=dtype)
     return min([timed(lambda: a @ b, device) for _ in range(repeats + 1)][1:])
 
 
-def matmul_peak_flops(device: str, dtype: torch.dtype, size: int | None = None, repeats: int = 5) -> float:
+def matmul_peak_flops(
+    device: str, dtype: torch.dtype, size: int | None = None, repeats: int = 5
+) -> float:
     """The best FLOP/s of a square matmul: the practical limit of the training step."""
     size = size or (8192 if device == "cuda" else 2048)
     return 2 * size**3 / matmul_seconds(device, dtype, size, size, size, repeats)
 
 
 def step_matmul_shapes(size: str, settings: "BenchmarkSettings") -> list[tuple[int, int, int]]:
-    """(rows, inner, columns) of the training step's matmuls at `size` and the headline length: the batch's tokens
-    of one side through an attention projection, the feed-forward's two layers and the output projection."""
+    """(rows, inner, columns) of the training step's matmuls at `size` and the headline length: the
+    batch's tokens of one side through an attention projection, the feed-forward's two layers and
+    the output projection."""
     length = settings.headline_length
     tokens = batch_size_for(length, settings.token_budget) * length
     d_model, ffn_dim = SIZES[size]["d_model"], SIZES[size]["ffn_dim"]
-    return [(tokens, d_model, d_model), (tokens, d_model, ffn_dim), (tokens, ffn_dim, d_model),
-            (tokens, d_model, settings.vocab_size)]
+    return [
+        (tokens, d_model, d_model),
+        (tokens, d_model, ffn_dim),
+        (tokens, ffn_dim, d_model),
+        (tokens, d_model, settings.vocab_size),
+    ]
 
 
 def step_matmul_rates(size: str, settings: "BenchmarkSettings") -> dict:
-    """FLOP/s of the step's matmuls (`step_matmul_shapes`, together) in float32 and in bfloat16, and their ratio:
-    what bfloat16 autocast can gain on the matmul share of a training step on this machine."""
+    """FLOP/s of the step's matmuls (`step_matmul_shapes`, together) in float32 and in bfloat16, and
+    their ratio: what bfloat16 autocast can gain on the matmul share of a training step on this
+    machine."""
     shapes = step_matmul_shapes(size, settings)
     flops = sum(2 * rows * inner * columns for rows, inner, columns in shapes)
-    rates = {name: flops / sum(matmul_seconds(settings.device, dtype, *shape) for shape in shapes)
-             for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))}
-    return {"shapes": shapes, "float32_flops_per_s": rates["float32"], "bfloat16_flops_per_s": rates["bfloat16"],
-            "bfloat16_over_float32": rates["bfloat16"] / rates["float32"]}
+    rates = {
+        name: flops / sum(matmul_seconds(settings.device, dtype, *shape) for shape in shapes)
+        for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))
+    }
+    return {
+        "shapes": shapes,
+        "float32_flops_per_s": rates["float32"],
+        "bfloat16_flops_per_s": rates["bfloat16"],
+        "bfloat16_over_float32": rates["bfloat16"] / rates["float32"],
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,11 +640,16 @@ def timed(task, device: str) -> float:
 
 
 def autocast(device: str, bf16: bool = False):
-    """bfloat16 autocast on a GPU always, on a CPU when `bf16` (what the Trainer's --bf16 does there)."""
-    return torch.autocast(device, dtype=torch.bfloat16) if device == "cuda" or bf16 else nullcontext()
+    """bfloat16 autocast on a GPU always, on a CPU when `bf16` (what the Trainer's --bf16
+    does there)."""
+    return (
+        torch.autocast(device, dtype=torch.bfloat16) if device == "cuda" or bf16 else nullcontext()
+    )
 
 
-def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, device: str, bf16: bool = False):
+def training_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, device: str, bf16: bool = False
+):
     """One forward + backward + optimizer step."""
     model.train()
     with autocast(device, bf16):
@@ -469,9 +660,9 @@ def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dic
 
 
 class ForbidEndOfSentence(LogitsProcessor):
-    """Sets the end-of-sentence score to -inf in place: one column written per step. (`min_new_tokens` does the
-    same with `torch.where` passes over all scores, 8-16% of beam-4 time at base in
-    experiments/speed/README.md, 15:55: a cost of the forced length, not of decoding.)"""
+    """Sets the end-of-sentence score to -inf in place: one column written per step.
+    (`min_new_tokens` does the same with `torch.where` passes over all scores, 8-16% of beam-4 time
+    at base in experiments/speed/README.md, 15:55: a cost of the forced length, not of decoding.)"""
 
     def __init__(self, eos_token_id: int):
         self.eos_token_id = eos_token_id
@@ -481,29 +672,40 @@ class ForbidEndOfSentence(LogitsProcessor):
         return scores
 
 
-def generate_forced(model: nn.Module, batch: dict, num_beams: int, new_tokens: int, device: str,
-                    **options) -> torch.Tensor:
-    """generate() that emits exactly `new_tokens` tokens per sentence (EOS is forbidden, so it stops at the length);
-    `options` go to generate() (e.g. `lean_decoding=False`, `use_shortlist=True`). With a shortlist EOS is forbidden
-    by `suppress_tokens`, which the decoding loop writes in place into the shortlist's columns (a processor of its
-    own would send the shortlist to transformers' loop)."""
+def generate_forced(
+    model: nn.Module, batch: dict, num_beams: int, new_tokens: int, device: str, **options
+) -> torch.Tensor:
+    """generate() that emits exactly `new_tokens` tokens per sentence (EOS is forbidden, so it stops
+    at the length); `options` go to generate() (e.g. `lean_decoding=False`, `use_shortlist=True`).
+    With a shortlist EOS is forbidden by `suppress_tokens`, which the decoding loop writes in place
+    into the shortlist's columns (a processor of its own would send the shortlist to
+    transformers' loop)."""
     model.eval()
     eos = model.generation_config.eos_token_id
-    forbid = ({"suppress_tokens": [eos]} if options.get("use_shortlist")
-              else {"logits_processor": LogitsProcessorList([ForbidEndOfSentence(eos)])})
-    # max_length counts the decoder start too; max_new_tokens beside the generation config's max_length would
-    # log a warning at every call.
+    forbid = (
+        {"suppress_tokens": [eos]}
+        if options.get("use_shortlist")
+        else {"logits_processor": LogitsProcessorList([ForbidEndOfSentence(eos)])}
+    )
+    # max_length counts the decoder start too; max_new_tokens beside the generation config's
+    # max_length would log a warning at every call.
     with torch.inference_mode(), autocast(device):
         return model.generate(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams,
-            do_sample=False, max_length=1 + new_tokens, **forbid, **options,
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            num_beams=num_beams,
+            do_sample=False,
+            max_length=1 + new_tokens,
+            **forbid,
+            **options,
         )
 
 
 def int8_gemm_share(model: nn.Module, source: dict, new_tokens: int, **options) -> dict:
-    """The share of one beam-4 `generate_forced` of the int8 `model` (from `precision.quantize_int8`; `options`
-    for generate()) that torch.profiler puts in the int8 matrix products of the model's route (`INT8_GEMM_OPS`),
-    after one warm-up call. The profiler's per-op overhead counts in the total, so the share is a little low."""
+    """The share of one beam-4 `generate_forced` of the int8 `model` (from
+    `precision.quantize_int8`; `options` for generate()) that torch.profiler puts in the int8 matrix
+    products of the model's route (`INT8_GEMM_OPS`), after one warm-up call. The profiler's per-op
+    overhead counts in the total, so the share is a little low."""
     route = model.int8_route
     generate_forced(model, source, 4, new_tokens, "cpu", **options)
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
@@ -512,19 +714,25 @@ def int8_gemm_share(model: nn.Module, source: dict, new_tokens: int, **options) 
     events = {event.key: event for event in profiler.key_averages()}
     gemm = events[INT8_GEMM_OPS[route]].cpu_time_total if INT8_GEMM_OPS[route] in events else 0.0
     decode = events["decode"].cpu_time_total
-    return {"route": route, "op": INT8_GEMM_OPS[route], "int8_gemm_s": gemm / 1e6, "decode_s": decode / 1e6,
-            "share": gemm / decode}
+    return {
+        "route": route,
+        "op": INT8_GEMM_OPS[route],
+        "int8_gemm_s": gemm / 1e6,
+        "decode_s": decode / 1e6,
+        "share": gemm / decode,
+    }
 
 
 def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
     """Adam as the papers set it, fused (one kernel over all parameters): the Trainer's default
-    ("adamw_torch_fused"), and 5-6% of a base training step faster than the per-parameter loop on this CPU."""
+    ("adamw_torch_fused"), and 5-6% of a base training step faster than the per-parameter loop on
+    this CPU."""
     return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
 
 def compiled(model: nn.Module, backend: str = "inductor") -> nn.Module:
-    """`torch.compile` the forward pass (generate() and training both go through it); weights stay shared.
-    Dynamic shapes: the decoder's cache grows by one position per generated token."""
+    """`torch.compile` the forward pass (generate() and training both go through it); weights stay
+    shared. Dynamic shapes: the decoder's cache grows by one position per generated token."""
     model.forward = torch.compile(model.forward, dynamic=True, backend=backend)
     return model
 
@@ -550,21 +758,32 @@ def training_peak_memory(member: str, size: str, length: int, settings: Benchmar
         run_training_steps(member, size, length, settings)
         return torch.cuda.max_memory_allocated() - before
     code = (  # the child gets the size's shape too, so sizes added at run time (tests) work
-        "import json, sys; from nmt_toolkit.lab.speed import SIZES, BenchmarkSettings, cpu_training_peak_memory; "
-        "SIZES[sys.argv[3]] = json.loads(sys.argv[5]); s = BenchmarkSettings(**json.loads(sys.argv[1])); "
+        "import json, sys; from nmt_toolkit.lab.speed import SIZES, BenchmarkSettings, "
+        "cpu_training_peak_memory; SIZES[sys.argv[3]] = json.loads(sys.argv[5]); s = "
+        "BenchmarkSettings(**json.loads(sys.argv[1])); "
         "print(cpu_training_peak_memory(sys.argv[2], sys.argv[3], int(sys.argv[4]), s))"
     )
     package_root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
+    }
     options = json.dumps({k: v for k, v in asdict(settings).items() if k not in ("members",)})
-    result = subprocess.run([sys.executable, "-c", code, options, member, size, str(length), json.dumps(SIZES[size])], env=env,
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code, options, member, size, str(length), json.dumps(SIZES[size])],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if result.returncode:
         raise RuntimeError(f"Memory probe for {member} {size} failed:\n{result.stderr[-2000:]}")
     return int(result.stdout.strip().splitlines()[-1])
 
 
-def cpu_training_peak_memory(member: str, size: str, length: int, settings: BenchmarkSettings) -> int:
+def cpu_training_peak_memory(
+    member: str, size: str, length: int, settings: BenchmarkSettings
+) -> int:
     torch.set_num_threads(settings.threads)
     before = resident_kib("VmRSS")
     try:
@@ -575,11 +794,18 @@ def cpu_training_peak_memory(member: str, size: str, length: int, settings: Benc
     return 1024 * (resident_kib("VmHWM") - before)
 
 
-def run_training_steps(member: str, size: str, length: int, settings: BenchmarkSettings, steps: int = 2):
+def run_training_steps(
+    member: str, size: str, length: int, settings: BenchmarkSettings, steps: int = 2
+):
     torch.manual_seed(0)
     model = build_model(member, size, settings.vocab_size).to(settings.device)
     optimizer = make_optimizer(model)
-    batch = to_device(random_batch(batch_size_for(length, settings.token_budget), length, length, settings.vocab_size), settings.device)
+    batch = to_device(
+        random_batch(
+            batch_size_for(length, settings.token_budget), length, length, settings.vocab_size
+        ),
+        settings.device,
+    )
     for _ in range(steps):
         training_step(model, optimizer, batch, settings.device)
 
@@ -603,8 +829,10 @@ def interleaved_times(tasks: dict, repeats: int, device: str, log=None) -> dict:
         for key in keys[shift:] + keys[:shift]:
             times[key].append(timed(tasks[key], device))
         if log is not None:
-            log(f"# repeat {repeat + 1}: " + ", ".join(f"{task_name(key)} {values[-1]:.2f} s"
-                                                       for key, values in times.items()))
+            log(
+                f"# repeat {repeat + 1}: "
+                + ", ".join(f"{task_name(key)} {values[-1]:.2f} s" for key, values in times.items())
+            )
     return times
 
 
@@ -615,31 +843,36 @@ def task_name(key) -> str:
 
 def interleaved_medians(tasks: dict, repeats: int, device: str) -> dict:
     """{key: seconds}: `interleaved_times`' median over repetitions."""
-    return {key: statistics.median(values) for key, values in interleaved_times(tasks, repeats, device).items()}
+    return {
+        key: statistics.median(values)
+        for key, values in interleaved_times(tasks, repeats, device).items()
+    }
 
 
 def decoding_options(member: str, settings: BenchmarkSettings) -> dict:
-    """generate() options of `member`'s rows: compiled decoding steps for the family with `compile_decoding`."""
+    """generate() options of `member`'s rows: compiled decoding steps for the family with
+    `compile_decoding`."""
     return {"compile_decoding": True} if settings.compile_decoding and member != MARIAN else {}
 
 
 def generation_tasks(models: dict, source: dict, settings: BenchmarkSettings) -> dict:
-    """{(member, "beam4" | "greedy", precision): task} for every model in every precision `settings` times
-    (`timed_precisions`)."""
+    """{(member, "beam4" | "greedy", precision): task} for every model in every precision `settings`
+    times (`timed_precisions`)."""
     tasks = {}
     for member, model in models.items():
         options = decoding_options(member, settings)
         for precision in timed_precisions(settings):
             prepared = inference_copy(model, precision, settings.measure_refused)
             for task, beams in (("beam4", 4), ("greedy", 1)):
-                tasks[member, task, precision] = (lambda m=prepared, b=beams, o=options: generate_forced(
-                    m, source, b, settings.new_tokens, settings.device, **o))
+                tasks[member, task, precision] = lambda m=prepared, b=beams, o=options: (
+                    generate_forced(m, source, b, settings.new_tokens, settings.device, **o)
+                )
     return tasks
 
 
 def shortlist_tasks(models: dict, source: dict, settings: BenchmarkSettings) -> dict:
-    """{(member, "beam4" | "greedy", precision, SHORTLIST): task}: our members (not Marian) decoding over
-    `synthetic_shortlist`, in every precision `settings` times (`timed_precisions`)."""
+    """{(member, "beam4" | "greedy", precision, SHORTLIST): task}: our members (not Marian) decoding
+    over `synthetic_shortlist`, in every precision `settings` times (`timed_precisions`)."""
     tasks = {}
     for member, model in models.items():
         if member == MARIAN:
@@ -649,20 +882,34 @@ def shortlist_tasks(models: dict, source: dict, settings: BenchmarkSettings) -> 
         for precision in timed_precisions(settings):
             prepared = inference_copy(model, precision, settings.measure_refused)
             for task, beams in (("beam4", 4), ("greedy", 1)):
-                tasks[member, task, precision, SHORTLIST] = (lambda m=prepared, b=beams, o=options: generate_forced(
-                    m, source, b, settings.new_tokens, settings.device, use_shortlist=True, **o))
+                tasks[member, task, precision, SHORTLIST] = lambda m=prepared, b=beams, o=options: (
+                    generate_forced(
+                        m, source, b, settings.new_tokens, settings.device, use_shortlist=True, **o
+                    )
+                )
     return tasks
 
 
-def generation_rates(seconds: dict, members, precisions, settings: BenchmarkSettings, *suffix) -> dict:
-    """{member: {precision: {"beam4": sentences/s, "greedy": sentences/s}}} from timed tasks (keys end with
-    `suffix`)."""
-    return {member: {precision: {task: settings.generation_batch / seconds[(member, task, precision, *suffix)]
-                                 for task in ("beam4", "greedy")} for precision in precisions} for member in members}
+def generation_rates(
+    seconds: dict, members, precisions, settings: BenchmarkSettings, *suffix
+) -> dict:
+    """{member: {precision: {"beam4": sentences/s, "greedy": sentences/s}}} from timed tasks (keys
+    end with `suffix`)."""
+    return {
+        member: {
+            precision: {
+                task: settings.generation_batch / seconds[(member, task, precision, *suffix)]
+                for task in ("beam4", "greedy")
+            }
+            for precision in precisions
+        }
+        for member in members
+    }
 
 
 def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[dict, dict]:
-    """All measurements of one model size: ({member: {...}}, {engine member: {precision: rates}})."""
+    """All measurements of one model size: ({member: {...}}, {engine member: {precision:
+    rates}})."""
     device = settings.device
     members = list(settings.members or [*registered_members(), MARIAN])
     precisions, untimed = timed_precisions(settings), untimed_paths(settings)
@@ -672,9 +919,19 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
         model = build_model(member, size, settings.vocab_size).to(device)
         models[member] = compiled(model) if settings.compile and member != MARIAN else model
         optimizers[member] = make_optimizer(model)
-    source = to_device(random_batch(settings.generation_batch, settings.source_length, 1, settings.vocab_size, seed=1), device)
+    source = to_device(
+        random_batch(
+            settings.generation_batch, settings.source_length, 1, settings.vocab_size, seed=1
+        ),
+        device,
+    )
     training_batches = {
-        length: to_device(random_batch(batch_size_for(length, settings.token_budget), length, length, settings.vocab_size), device)
+        length: to_device(
+            random_batch(
+                batch_size_for(length, settings.token_budget), length, length, settings.vocab_size
+            ),
+            device,
+        )
         for length in settings.lengths
     }
     tasks = generation_tasks(models, source, settings)
@@ -683,10 +940,14 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
     for member in members:
         model, optimizer = models[member], optimizers[member]
         for length, batch in training_batches.items():
-            tasks[member, f"train{length}"] = lambda m=model, o=optimizer, b=batch: training_step(m, o, b, device)
+            tasks[member, f"train{length}"] = lambda m=model, o=optimizer, b=batch: training_step(
+                m, o, b, device
+            )
         if settings.train_bf16 and "train_bf16" not in untimed:
             batch = training_batches[settings.headline_length]
-            tasks[member, "train_bf16"] = lambda m=model, o=optimizer, b=batch: training_step(m, o, b, device, bf16=True)
+            tasks[member, "train_bf16"] = lambda m=model, o=optimizer, b=batch: training_step(
+                m, o, b, device, bf16=True
+            )
     with tempfile.TemporaryDirectory() as directory:
         paths = ctranslate2_models(models, settings, directory, log) if settings.ctranslate2 else {}
         source_tokens = [[f"w{i}" for i in row] for row in source["input_ids"].tolist()]
@@ -695,10 +956,16 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
             for precision in ENGINE_PRECISIONS:
                 for task, beams in (("beam4", 4), ("greedy", 1)):
                     tasks[f"{member} (CTranslate2)", task, precision] = (
-                        lambda r=((member, precision), beams, settings.new_tokens): engine.request(r))
+                        lambda r=((member, precision), beams, settings.new_tokens): engine.request(
+                            r
+                        )
+                    )
                     if settings.shortlist:
                         tasks[f"{member} (CTranslate2)", task, precision, SHORTLIST] = (
-                            lambda r=((member, precision), beams, settings.new_tokens, True): engine.request(r))
+                            lambda r=((member, precision), beams, settings.new_tokens, True): (
+                                engine.request(r)
+                            )
+                        )
         log(f"[{size}] warm-up of {len(members)} models ...")
         first_seconds = {key: timed(task, device) for key, task in tasks.items()}
         log(f"[{size}] timing {len(tasks)} tasks x {settings.repeats} repeats, interleaved ...")
@@ -717,65 +984,108 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
             "train": {},
         }
         if decoding_options(member, settings):
-            row["first_decode_s"] = {precision: {task: first_seconds[member, task, precision] for task in SEARCHES}
-                                     for precision in precisions}
+            row["first_decode_s"] = {
+                precision: {task: first_seconds[member, task, precision] for task in SEARCHES}
+                for precision in precisions
+            }
         if settings.shortlist and member != MARIAN:
-            row["generation_shortlist"] = generation_rates(seconds, [member], precisions, settings, SHORTLIST)[member]
-            row["shortlist_union"] = len(models[member].shortlist.candidates(source["input_ids"].cpu()))
+            row["generation_shortlist"] = generation_rates(
+                seconds, [member], precisions, settings, SHORTLIST
+            )[member]
+            row["shortlist_union"] = len(
+                models[member].shortlist.candidates(source["input_ids"].cpu())
+            )
         for length, batch in training_batches.items():
             step = seconds[member, f"train{length}"]
             batch_size = batch["input_ids"].shape[0]
             flops = training_flops(models[member], batch_size, length, length)
             row["train"][length] = {
-                "batch": batch_size, "tokens_per_s": 2 * batch_size * length / step, "step_s": step,
-                "flops_per_step": flops, "flops_per_s": flops / step,
+                "batch": batch_size,
+                "tokens_per_s": 2 * batch_size * length / step,
+                "step_s": step,
+                "flops_per_step": flops,
+                "flops_per_s": flops / step,
             }
         if settings.train_bf16 and "train_bf16" not in untimed:
             step = seconds[member, "train_bf16"]
-            row["train_bf16"] = {"length": settings.headline_length, "step_s": step,
-                                 "tokens_per_s": 2 * training_batches[settings.headline_length]["input_ids"].numel() / step}
+            row["train_bf16"] = {
+                "length": settings.headline_length,
+                "step_s": step,
+                "tokens_per_s": 2
+                * training_batches[settings.headline_length]["input_ids"].numel()
+                / step,
+            }
         if settings.gemm_share and member == PROFILED_MEMBER and "int8_gemm_share" not in untimed:
             log(f"[{size}] profile of {member}'s int8 beam-4 decoding ...")
-            row["int8_gemm_share"] = int8_gemm_share(inference_copy(models[member], "int8", settings.measure_refused),
-                                                     source, settings.new_tokens, **decoding_options(member, settings))
+            row["int8_gemm_share"] = int8_gemm_share(
+                inference_copy(models[member], "int8", settings.measure_refused),
+                source,
+                settings.new_tokens,
+                **decoding_options(member, settings),
+            )
         results[member] = row
-    engines = generation_rates(seconds, sorted(f"{member} (CTranslate2)" for member in paths), ENGINE_PRECISIONS,
-                               settings)
+    engines = generation_rates(
+        seconds, sorted(f"{member} (CTranslate2)" for member in paths), ENGINE_PRECISIONS, settings
+    )
     if settings.shortlist:
-        engines.update({f"{member} {SHORTLIST}": rates for member, rates in generation_rates(
-            seconds, sorted(f"{member} (CTranslate2)" for member in paths), ENGINE_PRECISIONS, settings, SHORTLIST).items()})
+        engines.update(
+            {
+                f"{member} {SHORTLIST}": rates
+                for member, rates in generation_rates(
+                    seconds,
+                    sorted(f"{member} (CTranslate2)" for member in paths),
+                    ENGINE_PRECISIONS,
+                    settings,
+                    SHORTLIST,
+                ).items()
+            }
+        )
     del models, optimizers, tasks
     if settings.measure_memory:
         for member in members:
             log(f"[{size}] peak training memory of {member} ...")
-            results[member]["train_peak_memory_bytes"] = training_peak_memory(member, size, settings.headline_length, settings)
+            results[member]["train_peak_memory_bytes"] = training_peak_memory(
+                member, size, settings.headline_length, settings
+            )
     return results, engines
 
 
 def benchmark_depth_pair(settings: BenchmarkSettings, log=print) -> dict:
-    """The comparison of Xu et al. 2024, Table 6 at base size (DEPTH_PAIR): decoding speed of the 12+12
-    depth-wise LSTM and the 24+24 residual pre-norm model in every precision, interleaved.
+    """The comparison of Xu et al. 2024, Table 6 at base size (DEPTH_PAIR): decoding speed of the
+    12+12 depth-wise LSTM and the 24+24 residual pre-norm model in every precision, interleaved.
     {model: {precision: rates}}."""
     models = {}
     for member, layers in DEPTH_PAIR.items():
         torch.manual_seed(0)
         name = f"{member} {layers['encoder_layers']}+{layers['decoder_layers']}"
-        models[name] = build_model(member, "base", settings.vocab_size, **layers).to(settings.device)
-    source = to_device(random_batch(settings.generation_batch, settings.source_length, 1, settings.vocab_size, seed=1),
-                       settings.device)
+        models[name] = build_model(member, "base", settings.vocab_size, **layers).to(
+            settings.device
+        )
+    source = to_device(
+        random_batch(
+            settings.generation_batch, settings.source_length, 1, settings.vocab_size, seed=1
+        ),
+        settings.device,
+    )
     tasks = generation_tasks(models, source, settings)
-    log(f"[depth pair] warm-up and timing {len(tasks)} tasks x {settings.repeats} repeats, interleaved ...")
+    log(
+        f"[depth pair] warm-up and timing {len(tasks)} tasks x {settings.repeats} repeats, "
+        "interleaved ..."
+    )
     for task in tasks.values():
         task()
     seconds = interleaved_medians(tasks, settings.repeats, settings.device)
     rates = generation_rates(seconds, list(models), timed_precisions(settings), settings)
-    return {name: {"parameters": sum(p.numel() for p in model.parameters()), "generation": rates[name]}
-            for name, model in models.items()}
+    return {
+        name: {"parameters": sum(p.numel() for p in model.parameters()), "generation": rates[name]}
+        for name, model in models.items()
+    }
 
 
 def refused_routes() -> dict:
-    """{"bfloat16" | "int8": why} for each low-precision route this CPU refuses to users: bfloat16 without native
-    support (`prepare_for_inference`, and --bf16 training), int8 without a fast kernel (`int8_route`)."""
+    """{"bfloat16" | "int8": why} for each low-precision route this CPU refuses to users: bfloat16
+    without native support (`prepare_for_inference`, and --bf16 training), int8 without a fast
+    kernel (`int8_route`)."""
     features, refused = cpu_features(), {}
     if not features.native_bfloat16:
         refused["bfloat16"] = "no native bfloat16: no AVX-512 BF16 or AMX"
@@ -787,27 +1097,41 @@ def refused_routes() -> dict:
 
 
 def refused_paths(settings: BenchmarkSettings) -> dict:
-    """{path: why} for the paths of `settings` that this CPU refuses to users (`refused_routes`): generation
-    precisions (keys of PRECISIONS), "train_bf16" and "int8_gemm_share"."""
+    """{path: why} for the paths of `settings` that this CPU refuses to users (`refused_routes`):
+    generation precisions (keys of PRECISIONS), "train_bf16" and "int8_gemm_share"."""
     if settings.device != "cpu":
         return {}
-    routes = {precision: [route for route, used in (("bfloat16", PRECISIONS[precision][0] == "bfloat16"),
-                                                    ("int8", PRECISIONS[precision][1] == "int8")) if used]
-              for precision in settings.precisions}
+    routes = {
+        precision: [
+            route
+            for route, used in (
+                ("bfloat16", PRECISIONS[precision][0] == "bfloat16"),
+                ("int8", PRECISIONS[precision][1] == "int8"),
+            )
+            if used
+        ]
+        for precision in settings.precisions
+    }
     routes.update({"train_bf16": ["bfloat16"]} if settings.train_bf16 else {})
     routes.update({"int8_gemm_share": ["int8"]} if settings.gemm_share else {})
     refused = refused_routes()
-    return {path: "; ".join(refused[route] for route in used if route in refused)
-            for path, used in routes.items() if set(used) & set(refused)}
+    return {
+        path: "; ".join(refused[route] for route in used if route in refused)
+        for path, used in routes.items()
+        if set(used) & set(refused)
+    }
 
 
 def described(paths: dict) -> str:
     """`refused_paths` ({path: why}) in words."""
-    return "; ".join(f"{PATH_NAMES.get(path, f'{path} decoding')} ({why})" for path, why in paths.items())
+    return "; ".join(
+        f"{PATH_NAMES.get(path, f'{path} decoding')} ({why})" for path, why in paths.items()
+    )
 
 
 def untimed_paths(settings: BenchmarkSettings) -> dict:
-    """`refused_paths` unless `settings.measure_refused`: {path: why} of what the run lists without timing it."""
+    """`refused_paths` unless `settings.measure_refused`: {path: why} of what the run lists without
+    timing it."""
     return {} if settings.measure_refused else refused_paths(settings)
 
 
@@ -818,25 +1142,40 @@ def timed_precisions(settings: BenchmarkSettings) -> tuple:
 
 
 def cpu_identity() -> dict:
-    """The CPU's model name and its vector-instruction flags (AVX, AVX-512, AMX, VNNI, FMA), from /proc/cpuinfo."""
+    """The CPU's model name and its vector-instruction flags (AVX, AVX-512, AMX, VNNI, FMA), from
+    /proc/cpuinfo."""
     fields = cpuinfo()
     if not fields:
         return {"cpu_model": None, "cpu_flags": None}
-    flags = sorted(flag for flag in fields.get("flags", "").split() if flag.startswith(("avx", "amx", "fma")) or "vnni" in flag)
+    flags = sorted(
+        flag
+        for flag in fields.get("flags", "").split()
+        if flag.startswith(("avx", "amx", "fma")) or "vnni" in flag
+    )
     return {"cpu_model": fields.get("model name"), "cpu_flags": " ".join(flags)}
 
 
 def cpu_routes() -> dict:
-    """What the CPU offers and which low-precision route `prepare_for_inference` takes on it, for the report."""
+    """What the CPU offers and which low-precision route `prepare_for_inference` takes on it, for
+    the report."""
     features, refused = cpu_features(), refused_routes()
-    return {"cpu": features.describe(), "cpu_capability": features.capability, **cpu_identity(),
-            "int8_route": "refused (no fast int8 kernel)" if "int8" in refused else int8_route(features),
-            "bfloat16_route": "refused for users (no native bfloat16)" if "bfloat16" in refused else "native"}
+    return {
+        "cpu": features.describe(),
+        "cpu_capability": features.capability,
+        **cpu_identity(),
+        "int8_route": "refused (no fast int8 kernel)"
+        if "int8" in refused
+        else int8_route(features),
+        "bfloat16_route": "refused for users (no native bfloat16)"
+        if "bfloat16" in refused
+        else "native",
+    }
 
 
 def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
     settings.check()
-    if settings.compile_decoding:  # one compiled forward per model, precision and search: more than torch's default 8
+    # one compiled forward per model, precision and search: more than torch's default 8
+    if settings.compile_decoding:
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     if settings.device == "cpu":
         torch.set_num_threads(settings.threads)
@@ -846,13 +1185,19 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
     report = {
         "settings": asdict(settings),
         "machine": {
-            "device": torch.cuda.get_device_name() if settings.device == "cuda" else f"CPU, {torch.get_num_threads()} threads",
+            "device": torch.cuda.get_device_name()
+            if settings.device == "cuda"
+            else f"CPU, {torch.get_num_threads()} threads",
             "dtype": str(dtype).removeprefix("torch."),
             "torch": torch.__version__,
             **cpu_routes(),
-            "freed_memory_kept": freed_memory_kept(),  # glibc told to keep freed memory (keep_freed_memory)
-            "matmul_peak_flops_per_s": None,  # the best of the measurements before and after the models run
-            "matmul_peak_measurements": [matmul_peak_flops(settings.device, dtype, settings.peak_matmul_size)],
+            # glibc told to keep freed memory (keep_freed_memory)
+            "freed_memory_kept": freed_memory_kept(),
+            # the best of the measurements before and after the models run
+            "matmul_peak_flops_per_s": None,
+            "matmul_peak_measurements": [
+                matmul_peak_flops(settings.device, dtype, settings.peak_matmul_size)
+            ],
         },
         "refused_paths": refused_paths(settings),  # timed only with measure_refused
         "sizes": {},
@@ -860,17 +1205,22 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
     report["engines"], report["step_matmul_rates"] = {}, {}
     untimed = untimed_paths(settings)
     if untimed:
-        log(f"Not timed, refused to users on this CPU (measure_refused times them): {described(untimed)}.")
+        log(
+            "Not timed, refused to users on this CPU (measure_refused times them): "
+            f"{described(untimed)}."
+        )
     for size in settings.sizes:
         report["sizes"][size], engines = benchmark_size(size, settings, log)
         if engines:
             report["engines"][size] = engines
-        if settings.train_bf16 and "train_bf16" not in untimed:  # what bf16 training can gain: only beside it
+        # what bf16 training can gain: only beside it
+        if settings.train_bf16 and "train_bf16" not in untimed:
             report["step_matmul_rates"][size] = step_matmul_rates(size, settings)
     if settings.depth_pair:
         report["depth_pair"] = benchmark_depth_pair(settings, log)
-    # One measurement can come out low (in one deployment run: 159 GFLOP/s against 198 minutes earlier), which
-    # would overstate every share of the peak: measure again at the end and keep the best.
+    # One measurement can come out low (in one deployment run: 159 GFLOP/s against 198 minutes
+    # earlier), which would overstate every share of the peak: measure again at the end and keep
+    # the best.
     measurements = report["machine"]["matmul_peak_measurements"]
     measurements.append(matmul_peak_flops(settings.device, dtype, settings.peak_matmul_size))
     report["machine"]["matmul_peak_flops_per_s"] = max(measurements)
@@ -879,14 +1229,16 @@ def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
 
 
 def fastest_path(rates: dict, task: str) -> tuple[str, float]:
-    """(precision, sentences/s) of the fastest precision in `rates` ({precision: {task: sentences/s}})."""
+    """(precision, sentences/s) of the fastest precision in `rates` ({precision: {task:
+    sentences/s}})."""
     precision = max(rates, key=lambda name: rates[name][task])
     return precision, rates[precision][task]
 
 
 @dataclass
 class Measured:
-    """What the targets are checked on: one size's rows of a report, and what the run's CPU refuses its users."""
+    """What the targets are checked on: one size's rows of a report, and what the run's CPU refuses
+    its users."""
 
     report: dict
     size: str
@@ -897,7 +1249,8 @@ class Measured:
         return self.report["sizes"][self.size]
 
     def engine(self, member: str, suffix: str = "") -> dict | None:
-        """CTranslate2's int8 rates of `member` ({task: sentences/s}; `suffix` SHORTLIST: with `use_vmap`)."""
+        """CTranslate2's int8 rates of `member` ({task: sentences/s}; `suffix` SHORTLIST: with
+        `use_vmap`)."""
         name = f"{member} (CTranslate2)" + (f" {suffix}" if suffix else "")
         return self.report["engines"].get(self.size, {}).get(name, {}).get("int8")
 
@@ -921,7 +1274,12 @@ class Measured:
     def refuses(self, path: str) -> bool:
         """Whether this CPU refuses generation in `path` (a key of PRECISIONS) to users."""
         dtype, quantize = PRECISIONS[path]
-        return dtype == "bfloat16" and self.bfloat16_refused or quantize == "int8" and self.int8_refused
+        return (
+            dtype == "bfloat16"
+            and self.bfloat16_refused
+            or quantize == "int8"
+            and self.int8_refused
+        )
 
     def user_paths(self, rates: dict) -> dict:
         """`rates` ({precision: rates}) without the paths this CPU refuses to users."""
@@ -929,40 +1287,77 @@ class Measured:
 
 
 def untimed_in(report: dict) -> dict:
-    """{path: why} of the paths a report lists as refused to users on its CPU without having timed them (none in
-    a run with measure_refused, or in a report written before refused paths were left out)."""
+    """{path: why} of the paths a report lists as refused to users on its CPU without having timed
+    them (none in a run with measure_refused, or in a report written before refused paths were
+    left out)."""
     return {} if report["settings"].get("measure_refused") else report.get("refused_paths", {})
 
 
-def target_row(target: str, measured: Measured, ratio: float | None, minimum: float | None, compared: str,
-               refused: bool = False, unit: str = "x") -> dict:
-    """One checked target: `ratio` against `minimum` (None: reported, not a target); `refused`: the path is refused to
-    users on this CPU, so the target does not apply (its ratio is None where the run did not time it). `unit`: "x"
-    for a ratio, "share" for a fraction of a whole."""
+def target_row(
+    target: str,
+    measured: Measured,
+    ratio: float | None,
+    minimum: float | None,
+    compared: str,
+    refused: bool = False,
+    unit: str = "x",
+) -> dict:
+    """One checked target: `ratio` against `minimum` (None: reported, not a target); `refused`: the
+    path is refused to users on this CPU, so the target does not apply (its ratio is None where the
+    run did not time it). `unit`: "x" for a ratio, "share" for a fraction of a whole."""
     met = None if refused or minimum is None else ratio >= minimum
-    verdict = "refused on this CPU" if refused else "reported" if minimum is None else "met" if met else "missed"
-    return dict(target=target, size=measured.size, ratio=ratio, minimum=minimum, compared=compared, met=met,
-                verdict=verdict, unit=unit)
+    verdict = (
+        "refused on this CPU"
+        if refused
+        else "reported"
+        if minimum is None
+        else "met"
+        if met
+        else "missed"
+    )
+    return dict(
+        target=target,
+        size=measured.size,
+        ratio=ratio,
+        minimum=minimum,
+        compared=compared,
+        met=met,
+        verdict=verdict,
+        unit=unit,
+    )
 
 
 def check_precision_vs_float32(name: str, options: dict, measured: Measured) -> list[dict]:
-    """Each member's decoding in `options["precision"]` against its own float32, beam 4 and greedy."""
+    """Each member's decoding in `options["precision"]` against its own float32, beam 4 and
+    greedy."""
     precision, checks = options["precision"], []
     refused = measured.refuses(precision)
-    route = f" ({measured.report['machine'].get('int8_route', '?')} route)" if precision == "int8" and not refused else ""
+    route = (
+        f" ({measured.report['machine'].get('int8_route', '?')} route)"
+        if precision == "int8" and not refused
+        else ""
+    )
     for member in options["members"]:
         rates = measured.rows.get(member, {}).get("generation", {})
         untimed = bool(rates) and precision in measured.untimed
         for task in SEARCHES if precision in rates or untimed else ():
             ratio = None if untimed else rates[precision][task] / rates["float32"][task]
-            checks.append(target_row(f"{name}, {member} ({task})", measured, ratio, options["minimum"],
-                                     f"{member} {precision}{route} / float32", refused))
+            checks.append(
+                target_row(
+                    f"{name}, {member} ({task})",
+                    measured,
+                    ratio,
+                    options["minimum"],
+                    f"{member} {precision}{route} / float32",
+                    refused,
+                )
+            )
     return checks
 
 
 def check_path_vs_engine(name: str, options: dict, measured: Measured) -> list[dict]:
-    """A member's generate() in `options["precision"]` (None: its fastest path users are offered) against
-    CTranslate2 int8 Marian."""
+    """A member's generate() in `options["precision"]` (None: its fastest path users are offered)
+    against CTranslate2 int8 Marian."""
     member, checks = options["member"], []
     if not measured.anchor or member not in measured.rows:
         return checks
@@ -972,11 +1367,20 @@ def check_path_vs_engine(name: str, options: dict, measured: Measured) -> list[d
         path = options["precision"] or fastest_path(rates, task)[0]
         compared = f"{member} generate() {path} / Marian CTranslate2 int8"
         if path in rates:
-            checks.append(target_row(f"{name} ({task})", measured, rates[path][task] / measured.anchor[task], minimum,
-                                     compared))
+            checks.append(
+                target_row(
+                    f"{name} ({task})",
+                    measured,
+                    rates[path][task] / measured.anchor[task],
+                    minimum,
+                    compared,
+                )
+            )
         elif path in generation or path in measured.untimed:  # a path this CPU refuses to users
             ratio = generation[path][task] / measured.anchor[task] if path in generation else None
-            checks.append(target_row(f"{name} ({task})", measured, ratio, minimum, compared, refused=True))
+            checks.append(
+                target_row(f"{name} ({task})", measured, ratio, minimum, compared, refused=True)
+            )
     return checks
 
 
@@ -985,51 +1389,107 @@ def check_export_vs_engine(name: str, options: dict, measured: Measured) -> list
     export = measured.engine(options["member"])
     if not (measured.anchor and export):
         return []
-    return [target_row(f"{name} ({task})", measured, export[task] / measured.anchor[task], minimum,
-                       f"{options['member']} CTranslate2 int8 (our export) / Marian CTranslate2 int8")
-            for task, minimum in options["minimums"].items()]
+    return [
+        target_row(
+            f"{name} ({task})",
+            measured,
+            export[task] / measured.anchor[task],
+            minimum,
+            f"{options['member']} CTranslate2 int8 (our export) / Marian CTranslate2 int8",
+        )
+        for task, minimum in options["minimums"].items()
+    ]
 
 
 def check_shortlist_vs_engine(name: str, options: dict, measured: Measured) -> list[dict]:
-    """A member's fastest path with the shortlist against CTranslate2 int8 Marian with the same table (`use_vmap`),
-    and what each side gains from its shortlist (reported)."""
+    """A member's fastest path with the shortlist against CTranslate2 int8 Marian with the same
+    table (`use_vmap`), and what each side gains from its shortlist (reported)."""
     member, with_table, checks = options["member"], measured.engine(MARIAN, SHORTLIST), []
     row = measured.rows.get(member, {})
     if not (measured.anchor and with_table and "generation_shortlist" in row):
         return checks
-    ours, without = measured.user_paths(row["generation_shortlist"]), measured.user_paths(row["generation"])
+    ours, without = (
+        measured.user_paths(row["generation_shortlist"]),
+        measured.user_paths(row["generation"]),
+    )
     for task, minimum in options["minimums"].items():
         path, rate = fastest_path(ours, task)
         checks += [
-            target_row(f"{name} ({task})", measured, rate / with_table[task], minimum,
-                       f"{member} {path} with the shortlist / Marian CTranslate2 int8 with use_vmap"),
-            target_row(f"shortlist gain, {member} ({task})", measured, rate / fastest_path(without, task)[1], None,
-                       f"{member} fastest path with / without the shortlist"),
-            target_row(f"shortlist gain, CTranslate2 int8 Marian ({task})", measured,
-                       with_table[task] / measured.anchor[task], None, "use_vmap / without"),
+            target_row(
+                f"{name} ({task})",
+                measured,
+                rate / with_table[task],
+                minimum,
+                f"{member} {path} with the shortlist / Marian CTranslate2 int8 with use_vmap",
+            ),
+            target_row(
+                f"shortlist gain, {member} ({task})",
+                measured,
+                rate / fastest_path(without, task)[1],
+                None,
+                f"{member} fastest path with / without the shortlist",
+            ),
+            target_row(
+                f"shortlist gain, CTranslate2 int8 Marian ({task})",
+                measured,
+                with_table[task] / measured.anchor[task],
+                None,
+                "use_vmap / without",
+            ),
         ]
     return checks
 
 
 def check_gemm_share(name: str, options: dict, measured: Measured) -> list[dict]:
-    """The profiled share of a member's int8 beam-4 decoding spent in int8 matrix products (`int8_gemm_share`)."""
+    """The profiled share of a member's int8 beam-4 decoding spent in int8 matrix products
+    (`int8_gemm_share`)."""
     profiled = measured.rows.get(options["member"], {}).get("int8_gemm_share")
     if not profiled:
         untimed = options["member"] in measured.rows and "int8_gemm_share" in measured.untimed
-        return [target_row(name, measured, None, options["minimum"], "int8 products / one beam-4 generate()",
-                           refused=True, unit="share")] if untimed else []
-    return [target_row(name, measured, profiled["share"], options["minimum"],
-                       f"{profiled['op']} / one beam-4 generate() ({profiled['route']} route, torch.profiler)",
-                       measured.int8_refused, unit="share")]
+        return (
+            [
+                target_row(
+                    name,
+                    measured,
+                    None,
+                    options["minimum"],
+                    "int8 products / one beam-4 generate()",
+                    refused=True,
+                    unit="share",
+                )
+            ]
+            if untimed
+            else []
+        )
+    return [
+        target_row(
+            name,
+            measured,
+            profiled["share"],
+            options["minimum"],
+            f"{profiled['op']} / one beam-4 generate() ({profiled['route']} route, torch.profiler)",
+            measured.int8_refused,
+            unit="share",
+        )
+    ]
 
 
 def check_bf16_training(name: str, options: dict, measured: Measured) -> list[dict]:
-    """Each member's bf16 / fp32 training tokens/s against a share of the bf16 / fp32 matmul rate measured at the
-    step's shapes in the same run (`step_matmul_rates`); refused, without a ratio or a minimum, where the run did not
-    time bf16 training because this CPU refuses it."""
+    """Each member's bf16 / fp32 training tokens/s against a share of the bf16 / fp32 matmul rate
+    measured at the step's shapes in the same run (`step_matmul_rates`); refused, without a ratio or
+    a minimum, where the run did not time bf16 training because this CPU refuses it."""
     if "train_bf16" in measured.untimed:
-        return [target_row(f"{name}, {member}", measured, None, None, f"{member} bf16 autocast / float32 tokens/s",
-                           refused=True) for member in measured.rows]
+        return [
+            target_row(
+                f"{name}, {member}",
+                measured,
+                None,
+                None,
+                f"{member} bf16 autocast / float32 tokens/s",
+                refused=True,
+            )
+            for member in measured.rows
+        ]
     matmul = measured.report.get("step_matmul_rates", {}).get(measured.size)
     if not matmul:
         return []
@@ -1038,26 +1498,46 @@ def check_bf16_training(name: str, options: dict, measured: Measured) -> list[di
     for member, row in measured.rows.items():
         if "train_bf16" in row and row["train_bf16"]["length"] in row["train"]:
             fp32 = row["train"][row["train_bf16"]["length"]]["tokens_per_s"]
-            checks.append(target_row(f"{name}, {member}", measured, row["train_bf16"]["tokens_per_s"] / fp32,
-                                     share * matmul_ratio, f"{member} bf16 autocast / float32 tokens/s; needed: "
-                                     f"{share} x the bf16 / fp32 matmul rate at the step's shapes ({matmul_ratio:.2f}x)",
-                                     measured.bfloat16_refused))
+            checks.append(
+                target_row(
+                    f"{name}, {member}",
+                    measured,
+                    row["train_bf16"]["tokens_per_s"] / fp32,
+                    share * matmul_ratio,
+                    f"{member} bf16 autocast / float32 tokens/s; needed: {share} x the bf16 / "
+                    f"fp32 matmul rate at the step's shapes ({matmul_ratio:.2f}x)",
+                    measured.bfloat16_refused,
+                )
+            )
     return checks
 
 
 def check_depth_pair(name: str, options: dict, measured: Measured) -> list[dict]:
-    """Xu et al. 2024, Table 6's pair, each at its fastest path users are offered; float32 reported beside it."""
+    """Xu et al. 2024, Table 6's pair, each at its fastest path users are offered; float32 reported
+    beside it."""
     if "depth_pair" not in measured.report:
         return []
-    deep, shallow = (measured.user_paths(row["generation"]) for row in measured.report["depth_pair"].values())
+    deep, shallow = (
+        measured.user_paths(row["generation"]) for row in measured.report["depth_pair"].values()
+    )
     checks = []
     for task, minimum in options["minimums"].items():
         path, rate = fastest_path(deep, task)
         checks += [
-            target_row(f"{name} ({task}, fastest precision)", measured, rate / fastest_path(shallow, task)[1], minimum,
-                       f"each model's fastest precision ({path} for the depth-wise LSTM)"),
-            target_row(f"{name} ({task}, float32)", measured, deep["float32"][task] / shallow["float32"][task], None,
-                       "float32"),
+            target_row(
+                f"{name} ({task}, fastest precision)",
+                measured,
+                rate / fastest_path(shallow, task)[1],
+                minimum,
+                f"each model's fastest precision ({path} for the depth-wise LSTM)",
+            ),
+            target_row(
+                f"{name} ({task}, float32)",
+                measured,
+                deep["float32"][task] / shallow["float32"][task],
+                None,
+                "float32",
+            ),
         ]
     return checks
 
@@ -1067,127 +1547,239 @@ def check_matmul_share(name: str, options: dict, measured: Measured) -> list[dic
     if options["member"] not in measured.rows:
         return []
     train = measured.rows[options["member"]]["train"][measured.headline_length]
-    return [target_row(name, measured, train["flops_per_s"] / measured.report["machine"]["matmul_peak_flops_per_s"],
-                       options["minimum"], f"training FLOP/s at length {measured.headline_length} / square-matmul FLOP/s",
-                       unit="share")]
+    return [
+        target_row(
+            name,
+            measured,
+            train["flops_per_s"] / measured.report["machine"]["matmul_peak_flops_per_s"],
+            options["minimum"],
+            f"training FLOP/s at length {measured.headline_length} / square-matmul FLOP/s",
+            unit="share",
+        )
+    ]
 
 
-TARGET_CHECKS = {"precision_vs_float32": check_precision_vs_float32, "path_vs_engine": check_path_vs_engine,
-                 "export_vs_engine": check_export_vs_engine, "shortlist_vs_engine": check_shortlist_vs_engine,
-                 "gemm_share": check_gemm_share, "bf16_training": check_bf16_training,
-                 "depth_pair": check_depth_pair, "matmul_share": check_matmul_share}
+TARGET_CHECKS = {
+    "precision_vs_float32": check_precision_vs_float32,
+    "path_vs_engine": check_path_vs_engine,
+    "export_vs_engine": check_export_vs_engine,
+    "shortlist_vs_engine": check_shortlist_vs_engine,
+    "gemm_share": check_gemm_share,
+    "bf16_training": check_bf16_training,
+    "depth_pair": check_depth_pair,
+    "matmul_share": check_matmul_share,
+}
 
 
 def check_targets(report: dict, settings: BenchmarkSettings) -> list[dict]:
-    """The deployment run's `TARGETS` at the largest measured size: each ratio with the paths it compares, its
-    minimum and its verdict (met, missed, reported: not a target, or refused on this CPU). Targets whose rows were
-    not measured are left out."""
+    """The deployment run's `TARGETS` at the largest measured size: each ratio with the paths it
+    compares, its minimum and its verdict (met, missed, reported: not a target, or refused on this
+    CPU). Targets whose rows were not measured are left out."""
     size = "base" if "base" in report["sizes"] else settings.sizes[-1]
     measured = Measured(report, size, settings.headline_length)
-    return [check for name, kind, options in TARGETS for check in TARGET_CHECKS[kind](name, options, measured)]
+    return [
+        check
+        for name, kind, options in TARGETS
+        for check in TARGET_CHECKS[kind](name, options, measured)
+    ]
 
 
 def format_report(report: dict) -> str:
-    """Markdown tables: training and float32 generation per size, generation by precision (and engine),
-    the depth pair, then the targets. Paths refused to users on the CPU are listed with the reason, and marked
-    "refused" where the run did not time them."""
+    """Markdown tables: training and float32 generation per size, generation by precision (and
+    engine), the depth pair, then the targets. Paths refused to users on the CPU are listed with the
+    reason, and marked "refused" where the run did not time them."""
     settings, machine = report["settings"], report["machine"]
     peak = machine["matmul_peak_flops_per_s"]
     headline = settings["headline_length"]
     untimed = untimed_in(report)
 
-    def with_untimed(rates: dict) -> dict:  # None for each precision refused and not timed, in the settings' order
-        return {precision: rates.get(precision) for precision in dict.fromkeys([*settings["precisions"], *rates])
-                if precision in rates or precision in untimed}
+    # None for each precision refused and not timed, in the settings' order
+    def with_untimed(rates: dict) -> dict:
+        return {
+            precision: rates.get(precision)
+            for precision in dict.fromkeys([*settings["precisions"], *rates])
+            if precision in rates or precision in untimed
+        }
 
     lines = [
-        f"Device: {machine['device']}, {machine['dtype']}, torch {machine['torch']}; CPU {machine.get('cpu', '?')} "
-        f"({machine.get('cpu_model') or 'model not read'}; flags {machine.get('cpu_flags') or 'not read'}; freed memory "
-        f"{'kept' if machine.get('freed_memory_kept') else 'returned to the system'}), "
-        f"int8 route {machine.get('int8_route', '?')}, bfloat16 {machine.get('bfloat16_route', '?')}; measured matmul peak "
-        f"{peak / 1e9:.0f} GFLOP/s. Generation: {settings['generation_batch']} sources of {settings['source_length']} "
-        f"tokens, {settings['new_tokens']} new tokens forced. Training: {settings['token_budget']} source+target "
-        f"tokens per batch, Adam; medians of {settings['repeats']} interleaved repeats.",
+        f"Device: {machine['device']}, {machine['dtype']}, torch {machine['torch']}; CPU "
+        f"{machine.get('cpu', '?')} ({machine.get('cpu_model') or 'model not read'}; flags "
+        f"{machine.get('cpu_flags') or 'not read'}; freed memory "
+        f"{'kept' if machine.get('freed_memory_kept') else 'returned to the system'}), int8 "
+        f"route {machine.get('int8_route', '?')}, bfloat16 {machine.get('bfloat16_route', '?')}; "
+        f"measured matmul peak {peak / 1e9:.0f} GFLOP/s. Generation: "
+        f"{settings['generation_batch']} sources of {settings['source_length']} tokens, "
+        f"{settings['new_tokens']} new tokens forced. Training: {settings['token_budget']} "
+        f"source+target tokens per batch, Adam; medians of {settings['repeats']} interleaved "
+        "repeats.",
     ]
     if report.get("refused_paths"):
-        timed = ("timed anyway (--measure_refused)" if settings.get("measure_refused")
-                 else "not timed (--measure_refused times them)")
-        lines += ["", f"Refused to users on this CPU, {timed}: {described(report['refused_paths'])}."]
+        timed = (
+            "timed anyway (--measure_refused)"
+            if settings.get("measure_refused")
+            else "not timed (--measure_refused times them)"
+        )
+        lines += [
+            "",
+            f"Refused to users on this CPU, {timed}: {described(report['refused_paths'])}.",
+        ]
     if settings.get("compile_decoding"):
-        first = [seconds for rows in report["sizes"].values() for row in rows.values()
-                 for rates in row.get("first_decode_s", {}).values() for seconds in rates.values()]
-        lines += ["", "The family decodes with compiled steps (`compile_decoding=True`; Marian and CTranslate2 as they "
-                      f"are). Each path's first decode, which compiles, is the warm-up: {min(first):.0f}-{max(first):.0f} s."]
+        first = [
+            seconds
+            for rows in report["sizes"].values()
+            for row in rows.values()
+            for rates in row.get("first_decode_s", {}).values()
+            for seconds in rates.values()
+        ]
+        lines += [
+            "",
+            "The family decodes with compiled steps (`compile_decoding=True`; Marian and "
+            "CTranslate2 as they "
+            f"are). Each path's first decode, which compiles, is the warm-up: {min(first):.0f}-"
+            f"{max(first):.0f} s.",
+        ]
     for size, rows in report["sizes"].items():
         lengths = list(next(iter(rows.values()))["train"])
         bf16 = any("train_bf16" in row for row in rows.values()) or "train_bf16" in untimed
         profiled = any("int8_gemm_share" in row for row in rows.values())
         lines += ["", f"**{size}**", ""]
-        header = ["model", "params (M)", "decode matmul weights/token (M)", "beam-4 sent/s", "greedy sent/s"]
-        header += [f"train tok/s @{length}" for length in lengths] + ([f"bf16 train tok/s @{headline}"] if bf16 else [])
+        header = [
+            "model",
+            "params (M)",
+            "decode matmul weights/token (M)",
+            "beam-4 sent/s",
+            "greedy sent/s",
+        ]
+        header += [f"train tok/s @{length}" for length in lengths] + (
+            [f"bf16 train tok/s @{headline}"] if bf16 else []
+        )
         header += [f"GFLOP/s @{headline} (of peak)", "train peak mem (MiB)"]
         header += ["int8 GEMM share, beam 4"] if profiled else []
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for member, row in rows.items():
             train = row["train"]
-            achieved = train[headline]["flops_per_s"] if headline in train else train[lengths[0]]["flops_per_s"]
+            achieved = (
+                train[headline]["flops_per_s"]
+                if headline in train
+                else train[lengths[0]]["flops_per_s"]
+            )
             memory = row.get("train_peak_memory_bytes")
-            cells = [member, f"{row['parameters'] / 1e6:.2f}", f"{row['decode_matmul_weights_per_token'] / 1e6:.1f}",
-                     f"{row['beam4_sentences_per_s']:.1f}", f"{row['greedy_sentences_per_s']:.1f}"]
+            cells = [
+                member,
+                f"{row['parameters'] / 1e6:.2f}",
+                f"{row['decode_matmul_weights_per_token'] / 1e6:.1f}",
+                f"{row['beam4_sentences_per_s']:.1f}",
+                f"{row['greedy_sentences_per_s']:.1f}",
+            ]
             cells += [f"{train[length]['tokens_per_s']:,.0f}" for length in lengths]
-            cells += [f"{row['train_bf16']['tokens_per_s']:,.0f}" if "train_bf16" in row
-                      else "refused" if "train_bf16" in untimed else "-"] if bf16 else []
-            cells += [f"{achieved / 1e9:.0f} ({achieved / peak:.0%})", f"{memory / 2**20:,.0f}" if memory else "-"]
+            cells += (
+                [
+                    f"{row['train_bf16']['tokens_per_s']:,.0f}"
+                    if "train_bf16" in row
+                    else "refused"
+                    if "train_bf16" in untimed
+                    else "-"
+                ]
+                if bf16
+                else []
+            )
+            cells += [
+                f"{achieved / 1e9:.0f} ({achieved / peak:.0%})",
+                f"{memory / 2**20:,.0f}" if memory else "-",
+            ]
             cells += [gemm_share_cell(row.get("int8_gemm_share"))] if profiled else []
             lines.append("| " + " | ".join(cells) + " |")
         generation = {member: with_untimed(row["generation"]) for member, row in rows.items()}
-        generation.update({f"{member} {SHORTLIST} ({row['shortlist_union']} words)": with_untimed(row["generation_shortlist"])
-                           for member, row in rows.items() if "generation_shortlist" in row})
+        generation.update(
+            {
+                f"{member} {SHORTLIST} ({row['shortlist_union']} words)": with_untimed(
+                    row["generation_shortlist"]
+                )
+                for member, row in rows.items()
+                if "generation_shortlist" in row
+            }
+        )
         generation.update(report.get("engines", {}).get(size, {}))
         if len(settings["precisions"]) > 1 or len(generation) > len(rows):
-            lines += ["", f"Generation at {size}, sentences/s (and x Marian float32) by precision:", ""]
-            lines += generation_table(generation, rows.get(MARIAN, {}).get("generation", {}).get("float32"))
+            lines += [
+                "",
+                f"Generation at {size}, sentences/s (and x Marian float32) by precision:",
+                "",
+            ]
+            lines += generation_table(
+                generation, rows.get(MARIAN, {}).get("generation", {}).get("float32")
+            )
         if size in report.get("step_matmul_rates", {}):
             rates = report["step_matmul_rates"][size]
-            lines += ["", f"Matmuls at the training step's shapes at {size}: float32 {rates['float32_flops_per_s'] / 1e9:.0f}, "
-                          f"bfloat16 {rates['bfloat16_flops_per_s'] / 1e9:.0f} GFLOP/s "
-                          f"({rates['bfloat16_over_float32']:.2f}x)."]
+            lines += [
+                "",
+                f"Matmuls at the training step's shapes at {size}: float32 "
+                f"{rates['float32_flops_per_s'] / 1e9:.0f}, bfloat16 "
+                f"{rates['bfloat16_flops_per_s'] / 1e9:.0f} GFLOP/s ("
+                f"{rates['bfloat16_over_float32']:.2f}x).",
+            ]
     if report.get("depth_pair"):
-        lines += ["", "Xu et al. 2024, Table 6's pair at base, decoding sentences/s by precision:", ""]
-        lines += generation_table({name: with_untimed(row["generation"]) for name, row in report["depth_pair"].items()},
-                                  None)
+        lines += [
+            "",
+            "Xu et al. 2024, Table 6's pair at base, decoding sentences/s by precision:",
+            "",
+        ]
+        lines += generation_table(
+            {name: with_untimed(row["generation"]) for name, row in report["depth_pair"].items()},
+            None,
+        )
     if report.get("targets"):
-        lines += ["", "| target | needed | measured | compared | verdict |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| target | needed | measured | compared | verdict |",
+            "|---|---|---|---|---|",
+        ]
         lines += [target_line(check) for check in report["targets"]]
     return "\n".join(lines)
 
 
 def target_line(check: dict) -> str:
-    """A row of the targets table: needed, measured, what is compared, and met / MISSED / reported / refused."""
+    """A row of the targets table: needed, measured, what is compared, and met / MISSED / reported /
+    refused."""
+
     def value(number):
         if number is None:  # a refused path the run did not time
             return "not timed"
         return f"{number:.0%}" if check.get("unit") == "share" else f"{number:.2f}x"
 
     needed = "-" if check["minimum"] is None else f">= {value(check['minimum'])}"
-    # Reports written before the verdicts existed have `met` alone: True, False or None (not a target).
-    verdict = check.get("verdict") or {True: "met", False: "missed", None: "reported"}[check.get("met")]
+    # Reports written before the verdicts existed have `met` alone: True, False or None (not a
+    # target).
+    verdict = (
+        check.get("verdict") or {True: "met", False: "missed", None: "reported"}[check.get("met")]
+    )
     verdict = "MISSED" if verdict == "missed" else verdict
-    return f"| {check['target']} [{check['size']}] | {needed} | {value(check['ratio'])} | {check['compared']} | {verdict} |"
+    return (
+        f"| {check['target']} [{check['size']}] | {needed} | {value(check['ratio'])} | "
+        f"{check['compared']} | {verdict} |"
+    )
 
 
 def gemm_share_cell(profiled: dict | None) -> str:
     """The `int8_gemm_share` of a row for the size's table."""
     if not profiled:
         return "-"
-    return f"{profiled['share']:.0%} ({profiled['op']}, {profiled['int8_gemm_s']:.2f} of {profiled['decode_s']:.2f} s)"
+    return (
+        f"{profiled['share']:.0%} ({profiled['op']}, {profiled['int8_gemm_s']:.2f} of "
+        f"{profiled['decode_s']:.2f} s)"
+    )
 
 
 def generation_table(generation: dict, reference: dict | None) -> list[str]:
-    """Rows of {model: {precision: {task: sentences/s}}}; ratios to `reference` ({task: sentences/s}) if given. A
-    precision whose rates are None was refused on this CPU and not timed."""
-    precisions = list(dict.fromkeys(precision for rates in generation.values() for precision in rates))
-    header = ["model"] + [f"{precision} {task}" for precision in precisions for task in ("beam4", "greedy")]
+    """Rows of {model: {precision: {task: sentences/s}}}; ratios to `reference` ({task:
+    sentences/s}) if given. A precision whose rates are None was refused on this CPU and not
+    timed."""
+    precisions = list(
+        dict.fromkeys(precision for rates in generation.values() for precision in rates)
+    )
+    header = ["model"] + [
+        f"{precision} {task}" for precision in precisions for task in ("beam4", "greedy")
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for model, rates in generation.items():
         cells = [model]
@@ -1209,20 +1801,27 @@ def write_report(report: dict, path: str | Path):
 
 
 def kept_reports(path: str | Path) -> dict[str, dict]:
-    """The reports kept in a records file (experiments/speed/records/CLASS.json: one file per CPU class, its
-    runs grouped by the code they measured), by run name. Each report gains `kept`: the version's commit, date,
-    conditions and command."""
+    """The reports kept in a records file (experiments/speed/records/CLASS.json: one file per CPU
+    class, its runs grouped by the code they measured), by run name. Each report gains `kept`: the
+    version's commit, date, conditions and command."""
     try:
         value = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"No records file {path}; the kept ones are in experiments/speed/records/.") from None
+        raise ValueError(
+            f"No records file {path}; the kept ones are in experiments/speed/records/."
+        ) from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON ({error}); restore it from git.") from None
     if not isinstance(value, dict) or "versions" not in value:
-        raise ValueError(f"{path} is not a speed records file (no `versions`): give one of "
-                         "experiments/speed/records/, or a single report's JSON to format_report.")
-    return {run: {**report, "kept": {key: version[key] for key in ("code", "date", "when", "command")}}
-            for version in value["versions"] for run, report in version["runs"].items()}
+        raise ValueError(
+            f"{path} is not a speed records file (no `versions`): give one of "
+            "experiments/speed/records/, or a single report's JSON to format_report."
+        )
+    return {
+        run: {**report, "kept": {key: version[key] for key in ("code", "date", "when", "command")}}
+        for version in value["versions"]
+        for run, report in version["runs"].items()
+    }
 
 
 def kept_report(path: str | Path, run: str) -> dict:
@@ -1234,10 +1833,36 @@ def kept_report(path: str | Path, run: str) -> dict:
 
 
 __all__ = [
-    "SIZES", "TARGETS", "PRECISIONS", "ENGINE_PRECISIONS", "DEPTH_PAIR", "BenchmarkSettings", "registered_members",
-    "build_model", "inference_copy", "random_words_tokenizer", "ctranslate2_models", "ctranslate2_translators",
-    "EngineProcess", "training_flops", "synthetic_shortlist", "shortlist_tasks", "int8_gemm_share", "step_matmul_rates",
-    "decode_matmul_weights", "matmul_peak_flops", "training_step", "generate_forced", "translate_forced",
-    "benchmark_depth_pair", "refused_routes", "refused_paths", "run_benchmark", "check_targets", "format_report",
-    "write_report", "kept_reports", "kept_report",
+    "SIZES",
+    "TARGETS",
+    "PRECISIONS",
+    "ENGINE_PRECISIONS",
+    "DEPTH_PAIR",
+    "BenchmarkSettings",
+    "registered_members",
+    "build_model",
+    "inference_copy",
+    "random_words_tokenizer",
+    "ctranslate2_models",
+    "ctranslate2_translators",
+    "EngineProcess",
+    "training_flops",
+    "synthetic_shortlist",
+    "shortlist_tasks",
+    "int8_gemm_share",
+    "step_matmul_rates",
+    "decode_matmul_weights",
+    "matmul_peak_flops",
+    "training_step",
+    "generate_forced",
+    "translate_forced",
+    "benchmark_depth_pair",
+    "refused_routes",
+    "refused_paths",
+    "run_benchmark",
+    "check_targets",
+    "format_report",
+    "write_report",
+    "kept_reports",
+    "kept_report",
 ]

@@ -26,7 +26,12 @@ def browser():
     assert binary and driver, "make test-browser installs Debian's chromium and chromium-driver"
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,900"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1100,900",
+    ):
         options.add_argument(argument)
     browser = webdriver.Chrome(service=Service(driver), options=options)
     yield browser
@@ -38,13 +43,19 @@ def test_a_sentence_typed_into_the_page_comes_back_translated(models, browser, t
     try:
         browser.get(demo.local_url)
         wait = WebDriverWait(browser, 60)
-        source = wait.until(expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, "#source-text textarea")))
+        source = wait.until(
+            expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, "#source-text textarea"))
+        )
         source.send_keys(TEXT)
         browser.find_element(By.ID, "translate").click()
         output = browser.find_element(By.CSS_SELECTOR, "#translation textarea")
         wait.until(lambda _: output.get_attribute("value"))
         assert output.get_attribute("value") == generated(models / "en-de", TEXT, 4)
-        assert browser.find_element(By.CSS_SELECTOR, "#seconds textarea").get_attribute("value").endswith(" s")
+        assert (
+            browser.find_element(By.CSS_SELECTOR, "#seconds textarea")
+            .get_attribute("value")
+            .endswith(" s")
+        )
         screenshot = Path(os.environ.get("DEMO_SCREENSHOT", tmp_path / "demo.png"))
         browser.save_screenshot(str(screenshot))
         assert screenshot.stat().st_size > 10_000  # a rendered page, not a blank one

@@ -1,3 +1,3 @@
-"""The research side's installed commands (`dwlstm-measure-speed`, `dwlstm-run-experiments`, ...), one
-module each with `main(argv)` and `run()`, as in `nmt_toolkit.commands` (which never imports the
-lab)."""
+"""The research side's installed commands (`dwlstm-measure-speed`, `dwlstm-run-experiments`, ...),
+one module each with `main(argv)` and `run()`, as in `nmt_toolkit.commands` (which never imports
+the lab)."""

@@ -1,6 +1,6 @@
-"""Embedding-layer gradient norm of a deep post-norm residual Transformer vs post-norm DLCL (Wang et al. 2019,
-§5.1), in a short training run on Multi30k (--data_dir: a local Multi30k folder). Prints the norms over the run
-and writes them as JSON.
+"""Embedding-layer gradient norm of a deep post-norm residual Transformer vs post-norm DLCL (Wang et
+al. 2019, §5.1), in a short training run on Multi30k (--data_dir: a local Multi30k folder). Prints
+the norms over the run and writes them as JSON.
 
     dwlstm-measure-gradient-norms --data_dir path/to/multi30k --steps 80
 """
@@ -18,8 +18,14 @@ from nmt_toolkit.lab.gradient_norms import compare_embedding_gradient_norms, tra
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data_dir", type=Path, default=Path(__file__).resolve().parents[4] / "shared" / "data" / "multi30k")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data_dir",
+        type=Path,
+        default=Path(__file__).resolve().parents[4] / "shared" / "data" / "multi30k",
+    )
     parser.add_argument("--source", default="en")
     parser.add_argument("--target", default="de")
     parser.add_argument("--sentences", type=positive_int, default=4000)
@@ -33,34 +39,59 @@ def main(argv=None):
     parser.add_argument("--output", type=Path, default=Path("gradient_norms.json"))
     args = parser.parse_args(argv)
     if args.output.is_dir():  # found before the work, not when the results are written
-        parser.error(f"--output {args.output} is a folder; give the JSON file to write, e.g. {args.output}/norms.json.")
+        parser.error(
+            f"--output {args.output} is a folder; give the JSON file to write, e.g. {args.output}"
+            "/norms.json."
+        )
 
-    pairs = load_parallel_corpus(args.data_dir, args.source, args.target, "train", max_pairs=args.sentences)
+    pairs = load_parallel_corpus(
+        args.data_dir, args.source, args.target, "train", max_pairs=args.sentences
+    )
     sources = [pair[args.source] for pair in pairs["translation"]]
     targets = [pair[args.target] for pair in pairs["translation"]]
     tokenizer = train_joint_bpe_tokenizer(sources + targets, vocab_size=2000)
     size = dict(
-        **tokenizer_model_kwargs(tokenizer), d_model=args.d_model, ffn_dim=4 * args.d_model, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers, dropout=0.1,
+        **tokenizer_model_kwargs(tokenizer),
+        d_model=args.d_model,
+        ffn_dim=4 * args.d_model,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_layers=args.encoder_layers,
+        decoder_layers=args.decoder_layers,
+        dropout=0.1,
     )
     configs = {
         "residual-postnorm": ResidualTransformerConfig(norm_position="post", **size),
         "dlcl-postnorm": DlclConfig(norm_position="post", **size),
     }
-    batches = translation_batches(tokenizer, list(zip(sources, targets)), args.batch_size, args.steps)
-    results = compare_embedding_gradient_norms(configs, batches, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
+    batches = translation_batches(
+        tokenizer, list(zip(sources, targets)), args.batch_size, args.steps
+    )
+    results = compare_embedding_gradient_norms(
+        configs, batches, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps
+    )
     atomic_write_json(args.output, results)
-    print(f"{args.encoder_layers}-layer encoder, {args.decoder_layers}-layer decoder, d_model {args.d_model}, "
-          f"{args.steps} steps of {args.batch_size} sentence pairs ({args.source}->{args.target})")
+    print(
+        f"{args.encoder_layers}-layer encoder, {args.decoder_layers}-layer decoder, d_model "
+        f"{args.d_model}, {args.steps} steps of {args.batch_size} sentence pairs ({args.source}->"
+        f"{args.target})"
+    )
     print("step  " + "  ".join(f"{name:>28}" for name in results))
     for i in range(0, args.steps, max(1, args.steps // 10)):
-        print(f"{i + 1:4d}  " + "  ".join(
-            f"grad {r[i]['embedding_gradient_norm']:.2e} loss {r[i]['loss']:5.2f}".rjust(28) for r in results.values()
-        ))
+        print(
+            f"{i + 1:4d}  "
+            + "  ".join(
+                f"grad {r[i]['embedding_gradient_norm']:.2e} loss {r[i]['loss']:5.2f}".rjust(28)
+                for r in results.values()
+            )
+        )
     for name, records in results.items():
         norms = [r["embedding_gradient_norm"] for r in records]
-        print(f"{name}: mean embedding gradient norm {sum(norms) / len(norms):.3e} "
-              f"(first 10 steps {sum(norms[:10]) / 10:.3e}, last 10 {sum(norms[-10:]) / 10:.3e}), final loss {records[-1]['loss']:.2f}")
+        print(
+            f"{name}: mean embedding gradient norm {sum(norms) / len(norms):.3e} (first 10 steps "
+            f"{sum(norms[:10]) / 10:.3e}, last 10 {sum(norms[-10:]) / 10:.3e}), final loss "
+            f"{records[-1]['loss']:.2f}"
+        )
 
 
 def run():

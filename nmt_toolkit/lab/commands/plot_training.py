@@ -1,9 +1,11 @@
-"""Draw the learning curves of training runs on one figure: validation loss against steps and wall-clock time.
+"""Draw the learning curves of training runs on one figure: validation loss against steps and
+wall-clock time.
 
     dwlstm-plot-training runs/dwlstm runs/residual --labels dwlstm residual --output curves.png
 
-Each run is a `train_translation.py` output directory (its trainer_state.json, or the newest checkpoint's
-while the run is still going). The work is done by `nmt_toolkit.lab.plotting.plot_training`.
+Each run is a `train_translation.py` output directory (its trainer_state.json, or the newest
+checkpoint's while the run is still going). The work is done by
+`nmt_toolkit.lab.plotting.plot_training`.
 """
 
 import argparse
@@ -13,9 +15,13 @@ from nmt_toolkit.lab.plotting import check_figure_path, plot_training, read_log_
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("runs", nargs="+", help="Training output directories.")
-    parser.add_argument("--labels", nargs="+", default=None, help="One label per run (default: the folder names).")
+    parser.add_argument(
+        "--labels", nargs="+", default=None, help="One label per run (default: the folder names)."
+    )
     parser.add_argument("--output", required=True, help="The PNG file to write.")
     parser.add_argument("--title", default="")
     args = parser.parse_args(argv)
