@@ -26,7 +26,9 @@ from modeling_dwlstm import (
     TransparentAttentionConfig,
     precision,
 )
+from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit import training
+from nmt_toolkit.files import write_checksums
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -325,3 +327,45 @@ class GraphCounter:
 def fresh_compiler():
     """Each test's graphs alone (torch.compile keeps a few per function, across models)."""
     torch._dynamo.reset()
+
+
+def save_model_of_pairs(
+    folder: Path, tokenizer, language_pairs: list[str], config_class=DwLstmConfig
+) -> Path:
+    torch.manual_seed(0)
+    config = config_class(
+        **tokenizer_model_kwargs(tokenizer),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        ffn_dim=16,
+        max_position_embeddings=128,
+        language_pairs=language_pairs,
+    )
+    AutoModelForSeq2SeqLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    write_checksums(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A bilingual en-de model (no tags) and a multilingual one with the tags <2de>, <2en>, <2fr>
+    (not <2cs>)."""
+    folder = tmp_path_factory.mktemp("models")
+    texts = {
+        language: read_multi30k("train", language, 60) for language in ("en", "de", "fr", "cs")
+    }
+    every_text = [text for language_texts in texts.values() for text in language_texts]
+    bilingual = train_joint_bpe_tokenizer(texts["en"] + texts["de"] + texts["cs"], vocab_size=400)
+    tagged = train_joint_bpe_tokenizer(
+        every_text, vocab_size=500, language_tags=["<2de>", "<2en>", "<2fr>"]
+    )
+    return {
+        "bilingual": save_model_of_pairs(folder / "bilingual", bilingual, ["en-de"]),
+        "multilingual": save_model_of_pairs(
+            folder / "multilingual", tagged, ["en-de", "de-en", "en-fr", "fr-en"]
+        ),
+    }
