@@ -636,6 +636,7 @@ class StepForward:
         config = step_compile_config(model, generation_config, cache)
         if config is None:
             return
+        check_torch_compile_traces_steps()
         check_cpp_compiler(model, config)
         # a copied int8 model's projections (fbgemm route) need theirs registered
         register_packed_weights(model)
@@ -695,6 +696,22 @@ def step_compile_config(
     if generation_config.compile_config is not None:
         return generation_config.compile_config
     return CompileConfig() if model.device.type in ("cuda", "xpu") else None
+
+
+def torch_compile_traces_steps() -> bool:
+    """Whether this torch's torch.compile traces the decoding step: torch 2.6's cannot (it stops at
+    transformers 5.24's model outputs, and has no `recompile_limit`); tested from torch 2.13."""
+    return hasattr(torch._dynamo.config, "recompile_limit")
+
+
+def check_torch_compile_traces_steps():
+    """Compiled steps refused before decoding, with what to do, where torch cannot compile them."""
+    if not torch_compile_traces_steps():
+        raise RuntimeError(
+            f"Compiled decoding steps need a newer torch than {torch.__version__}, whose "
+            "torch.compile cannot trace this model's decoding step (tested from torch 2.13). "
+            "Upgrade torch, or decode without compile_decoding (and without a compile_config)."
+        )
 
 
 def check_cpp_compiler(model, compile_config: CompileConfig):

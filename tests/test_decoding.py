@@ -1060,3 +1060,12 @@ def test_max_new_tokens_wins_over_the_saved_max_length_without_a_warning(caplog)
             )
             assert output.shape[1] == 1 + 5
     assert not [record for record in caplog.records if "max_length" in record.getMessage()]
+
+
+def test_compiled_steps_are_refused_where_torch_cannot_trace_them(monkeypatch):
+    """torch 2.6's torch.compile stops at transformers 5.24's model outputs: one line before
+    decoding, not a dynamo traceback at the first step."""
+    monkeypatch.setattr(generation_translation, "torch_compile_traces_steps", lambda: False)
+    model = tiny_model("dwlstm")
+    with pytest.raises(RuntimeError, match="Compiled decoding steps need a newer torch"):
+        model.generate(random_ids(2, 5), max_new_tokens=3, compile_decoding=True)
