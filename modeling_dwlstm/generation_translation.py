@@ -75,7 +75,6 @@ import torch
 import transformers
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from torch.fx.experimental import _config as fx_config
 from transformers import CompileConfig, GenerationConfig, GenerationMixin
 from transformers.cache_utils import EncoderDecoderCache, StaticLayer
 from transformers.generation import GenerateBeamEncoderDecoderOutput, GenerateEncoderDecoderOutput
@@ -852,7 +851,10 @@ def run_compiled(module, compiled, model_inputs: dict):
             if hasattr(torch._dynamo.config, name)
         )
         # no duck sizing: sizes equal by chance in the traced batch (rows and source length, say)
-        # would be one size in the graph, and a batch where they differ would compile another
+        # would be one size in the graph, and a batch where they differ would compile another.
+        # A private torch module: imported here, when steps are compiled, never with the model.
+        from torch.fx.experimental import _config as fx_config
+
         with torch._dynamo.config.patch(**{setting: True}), fx_config.patch(use_duck_shape=False):
             return compiled(module, **model_inputs, return_dict=True)
     except torch._dynamo.exc.FailOnRecompileLimitHit as error:

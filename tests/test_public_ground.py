@@ -71,14 +71,13 @@ def import_time_statements(tree: ast.AST):
 
 def private_torch_modules(node: ast.AST) -> list[str]:
     """The private torch modules that `import torch._x`, `from torch._x import y` or
-    `from torch import _x` names."""
+    `from torch.a import _x` names."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names if alias.name.startswith("torch._")]
-    if isinstance(node, ast.ImportFrom) and node.module:
-        if node.module.startswith("torch._"):
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torch":
+        if any(part.startswith("_") for part in node.module.split(".")):
             return [node.module]
-        if node.module == "torch":
-            return [f"torch.{alias.name}" for alias in node.names if alias.name.startswith("_")]
+        return [f"{node.module}.{alias.name}" for alias in node.names if alias.name.startswith("_")]
     return []
 
 
