@@ -7,7 +7,10 @@ import gzip
 import importlib.util
 import io
 import itertools
+import json
+import os
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,9 +32,13 @@ from modeling_dwlstm import (
 )
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit import training
+from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer
+from nmt_toolkit.evaluation import EvaluationArguments
 from nmt_toolkit.files import write_checksums
+from nmt_toolkit.training import DataArguments, ModelArguments, TranslationTrainingArguments
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+REPOSITORY = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
@@ -334,6 +341,23 @@ def fresh_compiler():
     torch._dynamo.reset()
 
 
+SENTENCES = [
+    "a man rides a horse .",
+    "ein mann reitet ein pferd .",
+    "two dogs play .",
+    "zwei hunde spielen .",
+] * 5
+
+SIX_SENTENCES = [
+    "a man rides a horse .",
+    "two dogs play in the snow .",
+    "ein mann reitet ein pferd .",
+    "zwei hunde spielen im schnee .",
+    "a woman reads .",
+    "eine frau liest .",
+]
+
+
 def save_model_of_pairs(
     folder: Path, tokenizer, language_pairs: list[str], config_class=DwLstmConfig
 ) -> Path:
@@ -374,3 +398,112 @@ def models(tmp_path_factory):
             folder / "multilingual", tagged, ["en-de", "de-en", "en-fr", "fr-en"]
         ),
     }
+
+
+@pytest.fixture(scope="module")
+def multi30k_setup(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("setup")
+    corpus = load_parallel_corpus(MULTI30K, "en", "de", max_pairs=200)
+    train_corpus_tokenizer([corpus], ["en", "de"], merges=100).save_pretrained(
+        directory / "tokenizer"
+    )
+    (directory / "tiny.json").write_text(
+        json.dumps(
+            {
+                "model_type": "dwlstm",
+                "d_model": 16,
+                "ffn_dim": 16,
+                "encoder_layers": 1,
+                "decoder_layers": 1,
+                "encoder_attention_heads": 2,
+                "decoder_attention_heads": 2,
+                "max_position_embeddings": 128,
+            }
+        )
+    )
+    return directory
+
+
+def multi30k_arguments(multi30k_setup, output_dir, model=None, data=None, **training):
+    model_args = ModelArguments(
+        str(multi30k_setup / "tiny.json"), str(multi30k_setup / "tokenizer"), **(model or {})
+    )
+    data_args = DataArguments(
+        **{
+            "dataset": str(MULTI30K),
+            "source_lang": "en",
+            "target_lang": "de",
+            "max_train_pairs": 24,
+            "max_tokens": 160,
+            **(data or {}),
+        }
+    )
+    defaults = dict(
+        output_dir=str(output_dir),
+        max_steps=3,
+        save_steps=3,
+        warmup_steps=1,
+        learning_rate=3e-3,
+        logging_steps=1,
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
+    return model_args, data_args, TranslationTrainingArguments(**{**defaults, **training})
+
+
+@pytest.fixture(scope="module")
+def saved_with_checksums(tmp_path_factory):
+    """A tiny saved model folder (weights, config, tokenizer, checksum manifest) and its
+    tokenizer."""
+    folder = tmp_path_factory.mktemp("saved") / "model"
+    tokenizer = train_joint_bpe_tokenizer(SENTENCES, vocab_size=60)
+    config = DwLstmConfig(
+        **tokenizer_model_kwargs(tokenizer),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        ffn_dim=16,
+        max_position_embeddings=12,
+    )
+    torch.manual_seed(0)
+    model = AutoModelForSeq2SeqLM.from_config(config).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    write_checksums(folder)
+    return folder, model, tokenizer
+
+
+def write_pair(folder: Path, english: str, german: str, split: str = "test") -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / f"{split}.en").write_bytes(english.encode("utf-8"))
+    (folder / f"{split}.de").write_bytes(german.encode("utf-8"))
+    return folder
+
+
+def write_test_pair(
+    folder: Path, english: str = "a man .\ntwo dogs .\n", german: str = "ein mann .\nzwei hunde .\n"
+):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "test.en").write_text(english, encoding="utf-8")
+    (folder / "test.de").write_text(german, encoding="utf-8")
+    return folder
+
+
+def evaluation(model, output_dir, **settings) -> EvaluationArguments:
+    return EvaluationArguments(
+        model=str(model), output_dir=str(output_dir), num_beams=1, max_new_tokens=3, **settings
+    )
+
+
+def run_script_file(name: str, *args: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPOSITORY)}
+    return subprocess.run(
+        [sys.executable, str(REPOSITORY / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )

@@ -19,11 +19,13 @@ import pytest
 import torch
 from conftest import (
     MULTI30K,
+    SIX_SENTENCES,
     random_ids,
     read_multi30k,
     save_model_of_pairs,
     tiny_config,
     tiny_model,
+    write_pair,
 )
 from safetensors.torch import save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
@@ -43,7 +45,7 @@ from nmt_toolkit.evaluation import (
     score_translations,
     translate_sentences,
 )
-from nmt_toolkit.files import read_lines, split_lines, write_checksums
+from nmt_toolkit.files import read_lines, split_lines
 from nmt_toolkit.lab import experiments
 from nmt_toolkit.lab.experiments import (
     load_experiment,
@@ -65,45 +67,6 @@ pytestmark = [
     pytest.mark.usefixtures("one_thread"),
     pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k is not at {MULTI30K}"),
 ]
-
-
-SENTENCES = [
-    "a man rides a horse .",
-    "ein mann reitet ein pferd .",
-    "two dogs play .",
-    "zwei hunde spielen .",
-] * 5
-
-
-@pytest.fixture(scope="module")
-def saved_with_checksums(tmp_path_factory):
-    """A tiny saved model folder (weights, config, tokenizer, checksum manifest) and its
-    tokenizer."""
-    folder = tmp_path_factory.mktemp("saved") / "model"
-    tokenizer = train_joint_bpe_tokenizer(SENTENCES, vocab_size=60)
-    config = DwLstmConfig(
-        **tokenizer_model_kwargs(tokenizer),
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        ffn_dim=16,
-        max_position_embeddings=12,
-    )
-    torch.manual_seed(0)
-    model = AutoModelForSeq2SeqLM.from_config(config).eval()
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    write_checksums(folder)
-    return folder, model, tokenizer
-
-
-def write_pair(folder: Path, english: str, german: str, split: str = "test") -> Path:
-    folder.mkdir(exist_ok=True)
-    (folder / f"{split}.en").write_bytes(english.encode("utf-8"))
-    (folder / f"{split}.de").write_bytes(german.encode("utf-8"))
-    return folder
 
 
 @contextlib.contextmanager
@@ -155,16 +118,6 @@ def tiny_training(tmp_path: Path, output_dir: Path, **training) -> tuple:
 
 def nfd(texts: list[str]) -> list[str]:
     return [unicodedata.normalize("NFD", text) for text in texts]
-
-
-SIX_SENTENCES = [
-    "a man rides a horse .",
-    "two dogs play in the snow .",
-    "ein mann reitet ein pferd .",
-    "zwei hunde spielen im schnee .",
-    "a woman reads .",
-    "eine frau liest .",
-]
 
 
 @pytest.fixture(scope="module")

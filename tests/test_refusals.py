@@ -27,11 +27,18 @@ import pytest
 import torch
 from conftest import (
     MULTI30K,
+    REPOSITORY,
+    SIX_SENTENCES,
+    evaluation,
+    multi30k_arguments,
     random_ids,
     read_multi30k,
     run_as_main,
     run_script,
+    run_script_file,
     tiny_model,
+    write_pair,
+    write_test_pair,
 )
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
@@ -75,7 +82,6 @@ from nmt_toolkit.files import (
     prepare_output_dir,
     read_lines,
     verify_checksums,
-    write_checksums,
 )
 from nmt_toolkit.hub import check_results_of, push_translation_model
 from nmt_toolkit.lab.experiments import StageFailed, load_experiment
@@ -96,22 +102,6 @@ pytestmark = [
     pytest.mark.usefixtures("one_thread"),
     pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k is not at {MULTI30K}"),
 ]
-
-
-REPOSITORY = Path(__file__).resolve().parents[1]
-
-
-def evaluation(model, output_dir, **settings) -> EvaluationArguments:
-    return EvaluationArguments(
-        model=str(model), output_dir=str(output_dir), num_beams=1, max_new_tokens=3, **settings
-    )
-
-
-def write_pair(folder: Path, english: str, german: str, split: str = "test") -> Path:
-    folder.mkdir(exist_ok=True)
-    (folder / f"{split}.en").write_bytes(english.encode("utf-8"))
-    (folder / f"{split}.de").write_bytes(german.encode("utf-8"))
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -202,25 +192,6 @@ def tiny_training(tmp_path: Path, output_dir: Path, **training) -> tuple:
     )
 
 
-def write_test_pair(
-    folder: Path, english: str = "a man .\ntwo dogs .\n", german: str = "ein mann .\nzwei hunde .\n"
-):
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "test.en").write_text(english, encoding="utf-8")
-    (folder / "test.de").write_text(german, encoding="utf-8")
-    return folder
-
-
-SIX_SENTENCES = [
-    "a man rides a horse .",
-    "two dogs play in the snow .",
-    "ein mann reitet ein pferd .",
-    "zwei hunde spielen im schnee .",
-    "a woman reads .",
-    "eine frau liest .",
-]
-
-
 def a_training_run(folder: Path, seed: int = 1) -> Path:
     """A folder shaped like a training run: checkpoint-2 with its Trainer state and recorded
     arguments."""
@@ -257,103 +228,8 @@ def model(tmp_path_factory) -> Path:
     return folder
 
 
-SENTENCES = [
-    "a man rides a horse .",
-    "ein mann reitet ein pferd .",
-    "two dogs play .",
-    "zwei hunde spielen .",
-] * 5
-
-
-@pytest.fixture(scope="module")
-def saved_with_checksums(tmp_path_factory):
-    """A tiny saved model folder (weights, config, tokenizer, checksum manifest) and its
-    tokenizer."""
-    folder = tmp_path_factory.mktemp("saved") / "model"
-    tokenizer = train_joint_bpe_tokenizer(SENTENCES, vocab_size=60)
-    config = DwLstmConfig(
-        **tokenizer_model_kwargs(tokenizer),
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        ffn_dim=16,
-        max_position_embeddings=12,
-    )
-    torch.manual_seed(0)
-    model = AutoModelForSeq2SeqLM.from_config(config).eval()
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    write_checksums(folder)
-    return folder, model, tokenizer
-
-
 def copy_of(folder: Path, destination: Path) -> Path:
     return Path(shutil.copytree(folder, destination))
-
-
-@pytest.fixture(scope="module")
-def multi30k_setup(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("setup")
-    corpus = load_parallel_corpus(MULTI30K, "en", "de", max_pairs=200)
-    train_corpus_tokenizer([corpus], ["en", "de"], merges=100).save_pretrained(
-        directory / "tokenizer"
-    )
-    (directory / "tiny.json").write_text(
-        json.dumps(
-            {
-                "model_type": "dwlstm",
-                "d_model": 16,
-                "ffn_dim": 16,
-                "encoder_layers": 1,
-                "decoder_layers": 1,
-                "encoder_attention_heads": 2,
-                "decoder_attention_heads": 2,
-                "max_position_embeddings": 128,
-            }
-        )
-    )
-    return directory
-
-
-def multi30k_arguments(multi30k_setup, output_dir, model=None, data=None, **training):
-    model_args = ModelArguments(
-        str(multi30k_setup / "tiny.json"), str(multi30k_setup / "tokenizer"), **(model or {})
-    )
-    data_args = DataArguments(
-        **{
-            "dataset": str(MULTI30K),
-            "source_lang": "en",
-            "target_lang": "de",
-            "max_train_pairs": 24,
-            "max_tokens": 160,
-            **(data or {}),
-        }
-    )
-    defaults = dict(
-        output_dir=str(output_dir),
-        max_steps=3,
-        save_steps=3,
-        warmup_steps=1,
-        learning_rate=3e-3,
-        logging_steps=1,
-        use_cpu=True,
-        disable_tqdm=True,
-        seed=0,
-    )
-    return model_args, data_args, TranslationTrainingArguments(**{**defaults, **training})
-
-
-def run_script_file(name: str, *args: str) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPOSITORY)}
-    return subprocess.run(
-        [sys.executable, str(REPOSITORY / "scripts" / name), *args],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=300,
-    )
 
 
 @pytest.mark.parametrize(
