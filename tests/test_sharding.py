@@ -16,7 +16,7 @@ import torch
 import yaml
 from accelerate.commands.launch import _validate_launch_command, launch_command_parser
 from accelerate.utils.launch import prepare_simple_launcher_cmd_env
-from conftest import MULTI30K
+from conftest import MULTI30K, REPOSITORY
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
@@ -27,7 +27,6 @@ from nmt_toolkit.launch import check_launch, check_ranks_agree
 from nmt_toolkit.sharding import borrowed_modules
 from nmt_toolkit.training import TranslationTrainingArguments, check_resumable
 
-REPOSITORY = Path(__file__).resolve().parents[1]
 CONFIGS = REPOSITORY / "examples" / "accelerate"
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models on a shared 2-core machine
 LAUNCH_ENVIRONMENT = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPOSITORY)}

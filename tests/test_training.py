@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import sacrebleu
 import torch
-from conftest import MULTI30K, read_multi30k, run_script, tiny_model
+from conftest import MULTI30K, REPOSITORY, read_multi30k, run_script, tiny_model
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerCallback
 
@@ -34,7 +34,6 @@ from nmt_toolkit.training import (
     train_translation,
 )
 
-REPOSITORY = Path(__file__).resolve().parents[1]
 TINY_MODEL = {
     "model_type": "dwlstm",
     "d_model": 16,
