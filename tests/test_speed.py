@@ -255,7 +255,7 @@ def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_ch
     assert bf16["ratio"] == pytest.approx(
         rows[MARIAN]["train_bf16"]["tokens_per_s"] / rows[MARIAN]["train"][8]["tokens_per_s"]
     )
-    assert bf16["minimum"] == pytest.approx(0.9 * matmul["bfloat16_over_float32"])
+    assert bf16["minimum"] == pytest.approx(max(0.9 * matmul["bfloat16_over_float32"], 4))
     deep, wide = pair["dwlstm 12+12"]["generation"], pair["residual-prenorm 24+24"]["generation"]
     float32 = checks["12+12 depth-wise LSTM vs 24+24 residual pre-norm, decoding (beam4, float32)"]
     assert (
@@ -455,9 +455,7 @@ def hand_made_report(gain: float, bfloat16_route: str = "native") -> dict:
             "train_bf16": {"length": 64, "tokens_per_s": 100.0 * bf16_speedup},
         }
 
-    rows = {
-        member: row(1.6 * gain, 0.7 * gain) for member in ("dwlstm", "residual-prenorm", MARIAN)
-    }
+    rows = {member: row(4 * gain, 0.7 * gain) for member in ("dwlstm", "residual-prenorm", MARIAN)}
     rows["dwlstm"]["int8_gemm_share"] = {
         "route": "fbgemm",
         "op": INT8_GEMM_OPS["fbgemm"],
@@ -529,15 +527,14 @@ def test_every_target_is_checked_on_a_hand_made_report(gain, verdict):
             assert checks[f"int8 decoding (the CPU's int8 route) vs float32, {member} ({task})"][
                 "ratio"
             ] == pytest.approx(2 * gain)
+    # an AVX2 report: that class's minimum, beam 4 only
     assert (
         checks["depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (beam4)"]["minimum"]
-        == 0.76
+        == 0.85
     )
-    assert (
-        checks["depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (greedy)"]["minimum"]
-        == 0.9
-    )
-    assert checks["bf16 vs fp32 training step speed-up, dwlstm"]["minimum"] == pytest.approx(1.8)
+    assert "depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian (greedy)" not in checks
+    # the larger of 0.9 x the matmul rate ratio (1.8) and 4
+    assert checks["bf16 vs fp32 training step speed-up, dwlstm"]["minimum"] == 4
     gains = [check for target, check in checks.items() if target.startswith("shortlist gain")]
     # ours, CTranslate2's; per search
     assert [check["ratio"] for check in gains] == pytest.approx([1.25, 1.2, 1.25, 1.2])
@@ -549,6 +546,25 @@ def test_every_target_is_checked_on_a_hand_made_report(gain, verdict):
     assert (
         f"| >= 60% | {0.55 * gain:.0%} | {INT8_GEMM_OPS['fbgemm']} / one beam-4 generate()" in table
     )
+
+
+def test_a_cpu_with_int8_dot_products_has_its_own_minimums():
+    """On an AVX-512 VNNI / AMX CPU (int8 route int_mm) the depth-wise LSTM's fastest path needs
+    1.5x CTranslate2's int8 Marian at beam 4 and greedy; the AVX2 report's 1.2x meets 0.85 there
+    and misses 1.5 here."""
+    report = hand_made_report(1.2)
+    report["machine"]["int8_route"] = "int_mm"
+    checks = {
+        check["target"]: check
+        for check in check_targets(report, BenchmarkSettings(sizes=("base",), lengths=(64,)))
+    }
+    for task in ("beam4", "greedy"):
+        check = checks[f"depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian ({task})"]
+        assert (check["minimum"], check["ratio"], check["verdict"]) == (
+            1.5,
+            pytest.approx(1.2),
+            "missed",
+        )
 
 
 def test_bfloat16_targets_are_refused_where_the_cpu_refuses_bfloat16():

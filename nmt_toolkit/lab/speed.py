@@ -113,7 +113,14 @@ TARGETS = [
     (
         "depth-wise LSTM, fastest CPU path vs CTranslate2 int8 Marian",
         "path_vs_engine",
-        dict(member="dwlstm", precision=None, minimums={"beam4": 0.76, "greedy": 0.9}),
+        dict(
+            member="dwlstm",
+            precision=None,
+            minimums={
+                "AVX2": {"beam4": 0.85},
+                "AVX-512 VNNI / AMX": {"beam4": 1.5, "greedy": 1.5},
+            },
+        ),
     ),
     (
         "residual pre-norm, generate() int8 vs CTranslate2 int8 Marian",
@@ -135,7 +142,11 @@ TARGETS = [
         "gemm_share",
         dict(member="dwlstm", minimum=0.6),
     ),
-    ("bf16 vs fp32 training step speed-up", "bf16_training", dict(share_of_matmul_ratio=0.9)),
+    (
+        "bf16 vs fp32 training step speed-up",
+        "bf16_training",
+        dict(share_of_matmul_ratio=0.9, minimum=4.0),
+    ),
     (
         "12+12 depth-wise LSTM vs 24+24 residual pre-norm, decoding",
         "depth_pair",
@@ -1281,6 +1292,14 @@ class Measured:
             and self.int8_refused
         )
 
+    @property
+    def cpu_class(self) -> str:
+        """The class whose minimums apply: "AVX-512 VNNI / AMX" where the run's int8 route is
+        torch._int_mm's (int8 dot products), else "AVX2"."""
+        return (
+            "AVX-512 VNNI / AMX" if self.report["machine"].get("int8_route") == "int_mm" else "AVX2"
+        )
+
     def user_paths(self, rates: dict) -> dict:
         """`rates` ({precision: rates}) without the paths this CPU refuses to users."""
         return {path: rate for path, rate in rates.items() if not self.refuses(path)}
@@ -1357,13 +1376,15 @@ def check_precision_vs_float32(name: str, options: dict, measured: Measured) -> 
 
 def check_path_vs_engine(name: str, options: dict, measured: Measured) -> list[dict]:
     """A member's generate() in `options["precision"]` (None: its fastest path users are offered)
-    against CTranslate2 int8 Marian."""
+    against CTranslate2 int8 Marian; `options["minimums"]` per task, or per CPU class
+    (`Measured.cpu_class`) and task."""
     member, checks = options["member"], []
     if not measured.anchor or member not in measured.rows:
         return checks
     generation = measured.rows[member]["generation"]
     rates = measured.user_paths(generation)
-    for task, minimum in options["minimums"].items():
+    minimums = options["minimums"].get(measured.cpu_class, options["minimums"])
+    for task, minimum in minimums.items():
         path = options["precision"] or fastest_path(rates, task)[0]
         compared = f"{member} generate() {path} / Marian CTranslate2 int8"
         if path in rates:
@@ -1476,8 +1497,9 @@ def check_gemm_share(name: str, options: dict, measured: Measured) -> list[dict]
 
 def check_bf16_training(name: str, options: dict, measured: Measured) -> list[dict]:
     """Each member's bf16 / fp32 training tokens/s against a share of the bf16 / fp32 matmul rate
-    measured at the step's shapes in the same run (`step_matmul_rates`); refused, without a ratio or
-    a minimum, where the run did not time bf16 training because this CPU refuses it."""
+    measured at the step's shapes in the same run (`step_matmul_rates`), and at least
+    `options["minimum"]`; refused, without a ratio or a minimum, where the run did not time bf16
+    training because this CPU refuses it."""
     if "train_bf16" in measured.untimed:
         return [
             target_row(
@@ -1503,9 +1525,10 @@ def check_bf16_training(name: str, options: dict, measured: Measured) -> list[di
                     f"{name}, {member}",
                     measured,
                     row["train_bf16"]["tokens_per_s"] / fp32,
-                    share * matmul_ratio,
+                    max(share * matmul_ratio, options["minimum"]),
                     f"{member} bf16 autocast / float32 tokens/s; needed: {share} x the bf16 / "
-                    f"fp32 matmul rate at the step's shapes ({matmul_ratio:.2f}x)",
+                    f"fp32 matmul rate at the step's shapes ({matmul_ratio:.2f}x), at least "
+                    f"{options['minimum']:g}x",
                     measured.bfloat16_refused,
                 )
             )
