@@ -149,8 +149,9 @@ CPU_CLASSES = (
         "AMX",
         lambda cpu: cpu.matrix_tiles and cpu.native_bfloat16 and cpu.int8_dot_products,
         "bfloat16",
-        "Xeon with AMX-BF16/INT8, AVX-512 BF16 and VNNI, 1 thread, shared machine: bfloat16 beam "
-        "4 2.10x, greedy 2.25x float32's speed; int8 1.94x / 1.60x; bfloat16+int8 1.32x / 1.40x",
+        "Xeon with AMX-BF16/INT8, AVX-512 BF16 and VNNI, 2 threads, quiet, three runs: bfloat16 "
+        "beam 4 1.77-2.01x, greedy 1.72-2.28x float32's speed; int8 1.45-1.56x / 1.66-2.06x; "
+        "bfloat16+int8 1.38-1.39x / 1.64-1.88x",
     ),
     CpuClass(
         "AVX-512 VNNI",
