@@ -483,6 +483,37 @@ def write_pair(folder: Path, english: str, german: str, split: str = "test") -> 
     return folder
 
 
+def tiny_training(tmp_path: Path, output_dir: Path, **training) -> tuple:
+    """A one-step training run of a tiny model on two pairs (its tokenizer and data made once under
+    `tmp_path`)."""
+    data = tmp_path / "data"
+    if not data.exists():
+        write_pair(data, "a man .\ntwo dogs .\n", "ein mann .\nzwei hunde .\n", "train")
+        train_joint_bpe_tokenizer(
+            ["a man .", "two dogs .", "ein mann .", "zwei hunde ."], vocab_size=60
+        ).save_pretrained(tmp_path / "tokenizer")
+        (tmp_path / "tiny.json").write_text(
+            json.dumps(
+                {
+                    "model_type": "dwlstm",
+                    "d_model": 16,
+                    "ffn_dim": 16,
+                    "encoder_layers": 1,
+                    "decoder_layers": 1,
+                    "encoder_attention_heads": 2,
+                    "decoder_attention_heads": 2,
+                }
+            )
+        )
+    return (
+        ModelArguments(str(tmp_path / "tiny.json"), str(tmp_path / "tokenizer")),
+        DataArguments(dataset=str(data), source_lang="en", target_lang="de"),
+        TranslationTrainingArguments(
+            output_dir=str(output_dir), **{"max_steps": 1, "use_cpu": True, **training}
+        ),
+    )
+
+
 def write_test_pair(
     folder: Path, english: str = "a man .\ntwo dogs .\n", german: str = "ein mann .\nzwei hunde .\n"
 ):

@@ -25,6 +25,7 @@ from conftest import (
     save_model_of_pairs,
     tiny_config,
     tiny_model,
+    tiny_training,
     write_pair,
 )
 from safetensors.torch import save_file
@@ -55,9 +56,6 @@ from nmt_toolkit.lab.experiments import (
 )
 from nmt_toolkit.quickstart_corpus import write_corpus
 from nmt_toolkit.training import (
-    DataArguments,
-    ModelArguments,
-    TranslationTrainingArguments,
     apply_config_overrides,
     parse_training_arguments,
     train_translation,
@@ -83,37 +81,6 @@ def at_most(seconds: int):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-
-
-def tiny_training(tmp_path: Path, output_dir: Path, **training) -> tuple:
-    """A one-step training run of a tiny model on two pairs (its tokenizer and data made once under
-    `tmp_path`)."""
-    data = tmp_path / "data"
-    if not data.exists():
-        write_pair(data, "a man .\ntwo dogs .\n", "ein mann .\nzwei hunde .\n", "train")
-        train_joint_bpe_tokenizer(
-            ["a man .", "two dogs .", "ein mann .", "zwei hunde ."], vocab_size=60
-        ).save_pretrained(tmp_path / "tokenizer")
-        (tmp_path / "tiny.json").write_text(
-            json.dumps(
-                {
-                    "model_type": "dwlstm",
-                    "d_model": 16,
-                    "ffn_dim": 16,
-                    "encoder_layers": 1,
-                    "decoder_layers": 1,
-                    "encoder_attention_heads": 2,
-                    "decoder_attention_heads": 2,
-                }
-            )
-        )
-    return (
-        ModelArguments(str(tmp_path / "tiny.json"), str(tmp_path / "tokenizer")),
-        DataArguments(dataset=str(data), source_lang="en", target_lang="de"),
-        TranslationTrainingArguments(
-            output_dir=str(output_dir), **{"max_steps": 1, "use_cpu": True, **training}
-        ),
-    )
 
 
 def nfd(texts: list[str]) -> list[str]:
