@@ -424,6 +424,22 @@ def multi30k_setup(tmp_path_factory):
     return directory
 
 
+def tiny_training_arguments(output_dir, **training) -> TranslationTrainingArguments:
+    """Three quick CPU steps into `output_dir`, with `training` overriding them."""
+    defaults = dict(
+        output_dir=str(output_dir),
+        max_steps=3,
+        save_steps=3,
+        warmup_steps=1,
+        learning_rate=3e-3,
+        logging_steps=1,
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
+    return TranslationTrainingArguments(**{**defaults, **training})
+
+
 def multi30k_arguments(multi30k_setup, output_dir, model=None, data=None, **training):
     model_args = ModelArguments(
         str(multi30k_setup / "tiny.json"), str(multi30k_setup / "tokenizer"), **(model or {})
@@ -438,18 +454,7 @@ def multi30k_arguments(multi30k_setup, output_dir, model=None, data=None, **trai
             **(data or {}),
         }
     )
-    defaults = dict(
-        output_dir=str(output_dir),
-        max_steps=3,
-        save_steps=3,
-        warmup_steps=1,
-        learning_rate=3e-3,
-        logging_steps=1,
-        use_cpu=True,
-        disable_tqdm=True,
-        seed=0,
-    )
-    return model_args, data_args, TranslationTrainingArguments(**{**defaults, **training})
+    return model_args, data_args, tiny_training_arguments(output_dir, **training)
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ from conftest import (
     run_script_file,
     save_model_of_pairs,
     tiny_training,
+    tiny_training_arguments,
     write_pair,
     write_test_pair,
 )
@@ -81,7 +82,6 @@ from nmt_toolkit.training import (
     DataArguments,
     ModelArguments,
     TokenBatchSeq2SeqTrainer,
-    TranslationTrainingArguments,
     check_steps_left,
     train_translation,
 )
@@ -140,18 +140,7 @@ def arguments(setup, output_dir, **training):
     data_args = DataArguments(
         dataset=str(setup / "data"), source_lang="en", target_lang="de", max_tokens=160
     )
-    defaults = dict(
-        output_dir=str(output_dir),
-        max_steps=3,
-        save_steps=3,
-        warmup_steps=1,
-        learning_rate=3e-3,
-        logging_steps=1,
-        use_cpu=True,
-        disable_tqdm=True,
-        seed=0,
-    )
-    return model_args, data_args, TranslationTrainingArguments(**{**defaults, **training})
+    return model_args, data_args, tiny_training_arguments(output_dir, **training)
 
 
 HOLD_CLAIM = (
