@@ -91,7 +91,6 @@ from transformers.generation.logits_process import (
 )
 from transformers.utils import cached_file, logging
 
-from .building_blocks import DECODING_STEP_MIN_QUERIES
 from .precision import output_rows, register_packed_weights
 
 logger = logging.get_logger(__name__)
@@ -653,9 +652,8 @@ def mark_dynamic_sizes(model_inputs: dict) -> None:
     """The sizes that change from batch to batch and step to step marked dynamic before the first
     graph is traced, so that one graph serves them all (torch.compile would specialise the first
     batch's sizes, then compile once more): the rows, the source length, the growing cache's length.
-    With the batch in buckets (`generate_in_buckets`) a model compiles one graph per search and
-    attention route (below and above `DECODING_STEP_MIN_QUERIES`); compiling static graphs, one per
-    bucket, would compile more of them."""
+    With the batch in buckets (`generate_in_buckets`) a model compiles one graph per search (greedy,
+    beams); compiling static graphs, one per bucket, would compile more of them."""
     cache = model_inputs["past_key_values"]
     encoder_outputs = model_inputs.get("encoder_outputs")
     tensors = [
@@ -753,24 +751,20 @@ def generate_in_buckets(model, config: GenerationConfig, inputs, kwargs: dict):
     source = kwargs.get("input_ids", inputs)
     padded = None
     if getattr(config, "compile_decoding", False) and not config.return_dict_in_generate:
-        padded = bucketed_inputs(model, source, kwargs, config.num_beams or 1)
+        padded = bucketed_inputs(model, source, kwargs)
     if padded is None:
         return GenerationMixin.generate(model, inputs, custom_generate=lean_search, **kwargs)
     output = GenerationMixin.generate(model, custom_generate=lean_search, **{**kwargs, **padded})
     return output[: source.shape[0] * (config.num_return_sequences or 1)]
 
 
-def bucket_sentences(model, sentences: int, num_beams: int) -> int:
-    """The sentences a batch of `sentences` is padded to: the next power of two, and at least as
-    many as make the decoder's self-attention take its decoding-step route
-    (`DECODING_STEP_MIN_QUERIES` rows x heads), so that small batches share the graph of large ones
-    instead of compiling one more (and never 1 sentence, a size torch.compile specialises)."""
-    heads = getattr(model.config, "decoder_attention_heads", None) or 1
-    least = max(2, -(-DECODING_STEP_MIN_QUERIES // (heads * num_beams)))
-    return 1 << (max(sentences, least) - 1).bit_length()
+def bucket_sentences(sentences: int) -> int:
+    """The sentences a batch of `sentences` is padded to: the next power of two, and never 1
+    sentence, a size torch.compile specialises (it would compile one more graph for it)."""
+    return 1 << (max(sentences, 2) - 1).bit_length()
 
 
-def bucketed_inputs(model, source, kwargs: dict, num_beams: int) -> dict | None:
+def bucketed_inputs(model, source, kwargs: dict) -> dict | None:
     """`generate_in_buckets`' padded `input_ids`, `attention_mask` (and decoder prompt), or None
     where the call's inputs cannot be padded this way."""
     rows_only = {"input_ids", "attention_mask", "decoder_input_ids"}
@@ -789,7 +783,7 @@ def bucketed_inputs(model, source, kwargs: dict, num_beams: int) -> dict | None:
     mask = torch.ones_like(source) if mask is None else mask
     limit = getattr(model.config, "max_position_embeddings", None) or math.inf
     padded_length = max(length, min(-(-length // SOURCE_BUCKET) * SOURCE_BUCKET, limit))
-    copies = bucket_sentences(model, sentences, num_beams) - sentences
+    copies = bucket_sentences(sentences) - sentences
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     source = torch.nn.functional.pad(source, (0, padded_length - length), value=pad_id)
     mask = torch.nn.functional.pad(mask, (0, padded_length - length), value=0)

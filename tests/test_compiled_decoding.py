@@ -27,12 +27,12 @@ def varied_batch(sentences: int, length: int, seed: int) -> tuple[torch.Tensor, 
 
 
 def test_batches_are_padded_to_a_few_buckets():
-    model = tiny_model("dwlstm")  # 4 decoder heads: 64 rows x heads at least
-    assert [bucket_sentences(model, n, 1) for n in (1, 63, 64, 65, 200)] == [64, 64, 64, 128, 256]
-    assert [bucket_sentences(model, n, 4) for n in (1, 16, 17)] == [16, 16, 32]
+    model = tiny_model("dwlstm")
+    sizes = (1, 2, 3, 16, 17, 63, 64, 65, 200)
+    assert [bucket_sentences(n) for n in sizes] == [2, 2, 4, 16, 32, 64, 64, 128, 256]
     sources, mask = varied_batch(3, 20, seed=0)
-    padded = bucketed_inputs(model, sources, {"input_ids": sources, "attention_mask": mask}, 4)
-    assert padded["input_ids"].shape == padded["attention_mask"].shape == (16, 2 * SOURCE_BUCKET)
+    padded = bucketed_inputs(model, sources, {"input_ids": sources, "attention_mask": mask})
+    assert padded["input_ids"].shape == padded["attention_mask"].shape == (4, 2 * SOURCE_BUCKET)
     assert torch.equal(padded["input_ids"][:3, :20], sources) and torch.equal(
         padded["attention_mask"][:3, :20], mask
     )
@@ -42,7 +42,7 @@ def test_batches_are_padded_to_a_few_buckets():
     # other inputs that follow the rows: left as they are
     assert (
         bucketed_inputs(
-            model, sources, {"attention_mask": mask, "encoder_outputs": torch.zeros(3, 20, 8)}, 1
+            model, sources, {"attention_mask": mask, "encoder_outputs": torch.zeros(3, 20, 8)}
         )
         is None
     )

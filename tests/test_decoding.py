@@ -244,6 +244,25 @@ def test_a_one_position_decoder_input_trains_through_the_decoding_step_attention
     torch.testing.assert_close(gradients[0], gradients[10**9], atol=1e-6, rtol=1e-5)
 
 
+def test_steps_inside_torch_compile_attend_through_sdpa(monkeypatch):
+    """A step traced by torch.compile keeps SDPA (one kernel in the graph) however many rows it
+    has: the two matrix products are never taken while compiling, and are taken when not."""
+    monkeypatch.setattr(building_blocks, "DECODING_STEP_MIN_QUERIES", 0)
+    calls = []
+    original = building_blocks.decoding_step_attention
+    monkeypatch.setattr(
+        building_blocks, "decoding_step_attention", lambda *args: calls.append(1) or original(*args)
+    )
+    model = tiny_model("dwlstm")
+    eager = model.generate(SOURCES, attention_mask=MASK, num_beams=2, max_new_tokens=3)
+    assert calls
+    calls.clear()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    tracing = model.generate(SOURCES, attention_mask=MASK, num_beams=2, max_new_tokens=3)
+    assert not calls
+    assert torch.equal(tracing, eager)
+
+
 @pytest.mark.parametrize("case", MEMBER_CASES)
 def test_decoding_steps_over_many_rows_use_the_matrix_products_and_decode_the_same(
     case, monkeypatch
