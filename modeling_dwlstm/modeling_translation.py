@@ -282,6 +282,17 @@ class TranslationEncoder(TranslationStack):
         )
 
 
+def state_cached_sentences(cache: EncoderDecoderCache, sentences: int) -> None:
+    """Tells torch.compile that the cached cross-attention keys hold one row per sentence, as the
+    encoder output does. The step's rows per sentence (its beams: decoder rows // key rows) are then
+    a number in the traced graph rather than a ratio of two dynamic sizes, over which a base
+    model's beam-search step took minutes of symbolic reasoning to compile instead of seconds."""
+    for layer in cache.cross_attention_cache.layers:
+        keys = getattr(layer, "keys", None)
+        if isinstance(keys, torch.Tensor) and keys.dim() == 4:  # (sentences, heads, S, d/H)
+            torch._check(keys.shape[0] == sentences)
+
+
 class TranslationDecoder(TranslationStack):
     """The decoder stack. With a cache only the new positions are computed (the depth-wise state is
     per position). `encoder_hidden_states`: what `cross_attention_source` (built by the model,
@@ -352,6 +363,8 @@ class TranslationDecoder(TranslationStack):
                 f"{encoder_hidden_states.shape[0]}{shared}) differ."
             )
         self_cache = past_key_values.self_attention_cache if past_key_values is not None else None
+        if past_key_values is not None and torch.compiler.is_compiling():
+            state_cached_sentences(past_key_values, sentences=encoder_hidden_states.shape[0])
         # a static cache: keys over its whole length
         if self_cache is not None and self_cache.is_compileable:
             self_mask = causal_mask(

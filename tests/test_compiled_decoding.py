@@ -67,3 +67,36 @@ def test_compiled_decoding_compiles_a_few_graphs_whatever_the_batch_shapes(fresh
             compiled = model.generate(sources, **settings, **options)
             assert torch.equal(compiled, eager), (sentences, length, beams)
     assert 1 <= counter.graphs <= 4
+
+
+class SizeRecorder(GraphCounter):
+    """`GraphCounter` that also keeps every dynamic size of the captured graphs' values, as
+    torch.compile's symbolic expressions."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes = set()
+
+    def __call__(self, graph_module, example_inputs):
+        for node in graph_module.graph.nodes:
+            value = node.meta.get("example_value")
+            if isinstance(value, torch.Tensor):
+                dynamic = [size for size in value.shape if isinstance(size, torch.SymInt)]
+                self.sizes.update(str(size) for size in dynamic)
+        return super().__call__(graph_module, example_inputs)
+
+
+def test_a_compiled_beam_search_step_knows_its_beams_per_sentence(fresh_compiler):
+    """In a compiled beam-search step the beams of a sentence are a number: the decoder rows are a
+    multiple of the sentences, never a quotient of two dynamic sizes (a floor division that
+    torch.compile then reasoned over for minutes at base size)."""
+    model = tiny_model("dwlstm")
+    recorder = SizeRecorder()
+    options = dict(
+        compile_decoding=True,
+        compile_config=CompileConfig(backend=recorder, fullgraph=True, mode="default"),
+    )
+    sources, mask = varied_batch(5, 20, seed=0)
+    model.generate(sources, attention_mask=mask, num_beams=3, max_new_tokens=5, **options)
+    assert recorder.graphs == 1 and recorder.sizes  # the rows and lengths are dynamic
+    assert not [size for size in recorder.sizes if "//" in size], recorder.sizes
