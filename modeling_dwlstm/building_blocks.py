@@ -236,11 +236,12 @@ def is_decoding_step(query: torch.Tensor, hidden_states: torch.Tensor) -> bool:
     products to win; never inside torch.compile, whose graph keeps SDPA as one kernel but turns a
     batched product with one query row into a loop of its own (compiled steps with SDPA compiled
     in half the time and ran faster)."""
+    # not compiling, asked first: a comparison of the dynamic rows would be a guard of the graph
     return (
-        hidden_states.shape[1] == 1
+        not torch.compiler.is_compiling()
+        and hidden_states.shape[1] == 1
         and query.device.type == "cpu"
         and query.shape[0] * query.shape[1] >= DECODING_STEP_MIN_QUERIES
-        and not torch.compiler.is_compiling()
     )
 
 

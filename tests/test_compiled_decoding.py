@@ -50,8 +50,8 @@ def test_batches_are_padded_to_a_few_buckets():
 
 def test_compiled_decoding_compiles_a_few_graphs_whatever_the_batch_shapes(fresh_compiler):
     """Greedy and beam search over batches of many shapes: the tokens of eager decoding of the batch
-    as given, no model falling back to eager steps, and at most 4 graphs compiled (the backend
-    counts each one it is given)."""
+    as given, no model falling back to eager steps, and one graph compiled per search (the backend
+    counts each one it is given): no size of the batch is a guard of a graph."""
     model = tiny_model("dwlstm")
     counter = GraphCounter()
     options = dict(
@@ -66,7 +66,7 @@ def test_compiled_decoding_compiles_a_few_graphs_whatever_the_batch_shapes(fresh
             eager = model.generate(sources, **settings)
             compiled = model.generate(sources, **settings, **options)
             assert torch.equal(compiled, eager), (sentences, length, beams)
-    assert 1 <= counter.graphs <= 4
+    assert counter.graphs == 2
 
 
 class SizeRecorder(GraphCounter):

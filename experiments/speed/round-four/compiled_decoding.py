@@ -18,13 +18,24 @@ experiment's BPE): every run decodes the steps a trained model of those lengths 
 
     PYTHONPATH=. python experiments/speed/round-four/compiled_decoding.py evaluation \\
         --precisions bfloat16 [--compile_decoding]
+
+`graphs`: does compiled decoding stay compiled? One base-size random depth-wise LSTM per
+precision, all in one process, each decoding batches of `GRAPH_SHAPES` (sentences, source length)
+at beam 4 and greedy with compiled steps: the graphs each precision's model compiled
+(torch.compile's count of unique graphs), the seconds it took, and whether any model fell back to
+eager steps (its warning, or torch's recompile-limit message in the log):
+
+    PYTHONPATH=. python experiments/speed/round-four/compiled_decoding.py graphs \\
+        --precisions float32 bfloat16 int8 bfloat16+int8
 """
 
 import argparse
 import statistics
 import time
+import warnings
 
 import torch
+from torch._dynamo.utils import counters
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from modeling_dwlstm.precision import prepare_for_inference
@@ -122,9 +133,36 @@ def evaluation(args):
     )
 
 
+# (sentences, source length) of the `graphs` measurement: one sentence, buckets below and above 32,
+# and source lengths in several buckets of 16
+GRAPH_SHAPES = [(1, 9), (7, 20), (32, 20), (100, 35), (3, 50)]
+
+
+def graphs(args):
+    model = build_model("dwlstm", "base").eval()
+    for precision in args.precisions:
+        copy = inference_copy(model, precision)
+        before = counters["stats"]["unique_graphs"]
+        start = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for seed, (sentences, length) in enumerate(GRAPH_SHAPES):
+                batch = random_batch(sentences, length, 8, model.config.vocab_size, seed=seed)
+                for beams in (4, 1):
+                    generate_forced(copy, batch, beams, 8, "cpu", compile_decoding=True)
+        eager_again = [str(w.message) for w in caught if "eager" in str(w.message).lower()]
+        print(
+            f"{precision}: {counters['stats']['unique_graphs'] - before} graphs over "
+            f"{len(GRAPH_SHAPES)} shapes x 2 searches, {time.perf_counter() - start:.1f} s; "
+            f"fell back to eager steps: {eager_again or 'no'}",
+            flush=True,
+        )
+        del copy
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("measurement", choices=("steps", "evaluation"))
+    parser.add_argument("measurement", choices=("steps", "evaluation", "graphs"))
     parser.add_argument("--precisions", nargs="+", default=["bfloat16"])
     parser.add_argument(
         "--compile_decoding", action="store_true", help="evaluation: compiled steps"
@@ -136,7 +174,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {args}; {cpu_identity()['cpu_flags']}", flush=True)
-    steps(args) if args.measurement == "steps" else evaluation(args)
+    {"steps": steps, "evaluation": evaluation, "graphs": graphs}[args.measurement](args)
 
 
 if __name__ == "__main__":
