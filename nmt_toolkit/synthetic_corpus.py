@@ -26,6 +26,7 @@ small whatever the size.
 """
 
 import gzip
+import io
 import json
 import math
 import re
@@ -324,8 +325,7 @@ def _write_split(
         [folder / f"{split}.{language}.gz" for language in languages] if "text" in formats else []
     ) + ([folder / f"{split}.jsonl.gz"] if "jsonl" in formats else [])
     partial = [path.with_name(path.name + ".tmp") for path in paths]
-    # level 1: fast, read often
-    files = [gzip.open(path, "wt", encoding="utf-8", compresslevel=1) for path in partial]
+    files = [gzip_text_writer(path) for path in partial]
     try:
         for sources, targets in chunks:
             if "text" in formats:
@@ -338,6 +338,12 @@ def _write_split(
             file.close()
     for temporary, path in zip(partial, paths):
         temporary.replace(path)
+
+
+def gzip_text_writer(path: Path) -> io.TextIOWrapper:
+    """UTF-8 text into a gzip file at level 1 (fast; the corpus is read often), with no time in its
+    header: the same corpus is the same bytes whenever it is written."""
+    return io.TextIOWrapper(gzip.GzipFile(path, "wb", compresslevel=1, mtime=0), encoding="utf-8")
 
 
 NEEDS_ESCAPING = re.compile(r'["\\\x00-\x1f]')

@@ -3,6 +3,7 @@ Zipfian words, OPUS-100's size profile, and the script."""
 
 import gzip
 import json
+import time
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ def read_gzip_lines(path):
         return [line.rstrip("\n") for line in lines]
 
 
-def test_aligned_files_and_json_lines_in_the_hubs_schema(tmp_path, multi30k_lengths):
+def test_aligned_files_and_json_lines_in_the_hubs_schema(tmp_path, multi30k_lengths, monkeypatch):
     counts = write_parallel_corpus(
         tmp_path / "a",
         ("en", "de"),
@@ -54,6 +55,9 @@ def test_aligned_files_and_json_lines_in_the_hubs_schema(tmp_path, multi30k_leng
         len(corpus) == 20
         and corpus[0]["translation"]["en"] == read_gzip_lines(tmp_path / "a" / "val.en.gz")[0]
     )
+    # written again a day later: the same bytes (gzip would put the time in its header)
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now + 86400)
     write_parallel_corpus(
         tmp_path / "b", ("en", "de"), {"train": 300}, multi30k_lengths, vocabulary_size=500, seed=3
     )
