@@ -400,6 +400,25 @@ def models(tmp_path_factory):
     }
 
 
+# the training tests' smallest model, as the config file (`tiny.json`) the training code reads
+TINY_TRAINING_MODEL = {
+    "model_type": "dwlstm",
+    "d_model": 16,
+    "ffn_dim": 16,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+}
+
+
+def write_tiny_training_config(folder: Path, **overrides) -> Path:
+    """`folder`/tiny.json: `TINY_TRAINING_MODEL` with `overrides`."""
+    path = folder / "tiny.json"
+    path.write_text(json.dumps({**TINY_TRAINING_MODEL, **overrides}))
+    return path
+
+
 @pytest.fixture(scope="module")
 def multi30k_setup(tmp_path_factory):
     directory = tmp_path_factory.mktemp("setup")
@@ -407,20 +426,7 @@ def multi30k_setup(tmp_path_factory):
     train_corpus_tokenizer([corpus], ["en", "de"], merges=100).save_pretrained(
         directory / "tokenizer"
     )
-    (directory / "tiny.json").write_text(
-        json.dumps(
-            {
-                "model_type": "dwlstm",
-                "d_model": 16,
-                "ffn_dim": 16,
-                "encoder_layers": 1,
-                "decoder_layers": 1,
-                "encoder_attention_heads": 2,
-                "decoder_attention_heads": 2,
-                "max_position_embeddings": 128,
-            }
-        )
-    )
+    write_tiny_training_config(directory, max_position_embeddings=128)
     return directory
 
 
@@ -497,19 +503,7 @@ def tiny_training(tmp_path: Path, output_dir: Path, **training) -> tuple:
         train_joint_bpe_tokenizer(
             ["a man .", "two dogs .", "ein mann .", "zwei hunde ."], vocab_size=60
         ).save_pretrained(tmp_path / "tokenizer")
-        (tmp_path / "tiny.json").write_text(
-            json.dumps(
-                {
-                    "model_type": "dwlstm",
-                    "d_model": 16,
-                    "ffn_dim": 16,
-                    "encoder_layers": 1,
-                    "decoder_layers": 1,
-                    "encoder_attention_heads": 2,
-                    "decoder_attention_heads": 2,
-                }
-            )
-        )
+        write_tiny_training_config(tmp_path)
     return (
         ModelArguments(str(tmp_path / "tiny.json"), str(tmp_path / "tokenizer")),
         DataArguments(dataset=str(data), source_lang="en", target_lang="de"),

@@ -35,6 +35,7 @@ from conftest import (
     tiny_training_arguments,
     write_pair,
     write_test_pair,
+    write_tiny_training_config,
 )
 from ctranslate2.specs import model_spec
 from hub_server import LoopbackHub
@@ -118,20 +119,7 @@ def setup(tmp_path_factory):
     train_corpus_tokenizer([corpus], ["en", "de"], merges=100).save_pretrained(
         directory / "tokenizer"
     )
-    (directory / "tiny.json").write_text(
-        json.dumps(
-            {
-                "model_type": "dwlstm-residual",
-                "d_model": 16,
-                "ffn_dim": 16,
-                "encoder_layers": 1,
-                "decoder_layers": 1,
-                "encoder_attention_heads": 2,
-                "decoder_attention_heads": 2,
-                "max_position_embeddings": 128,
-            }
-        )
-    )
+    write_tiny_training_config(directory, model_type="dwlstm-residual", max_position_embeddings=128)
     return directory
 
 

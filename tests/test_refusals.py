@@ -40,6 +40,7 @@ from conftest import (
     tiny_training,
     write_pair,
     write_test_pair,
+    write_tiny_training_config,
 )
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
@@ -113,19 +114,7 @@ def english_only(tmp_path_factory):
     train_joint_bpe_tokenizer(read_multi30k("train", "en", 200), vocab_size=300).save_pretrained(
         folder / "tokenizer"
     )
-    (folder / "tiny.json").write_text(
-        json.dumps(
-            {
-                "model_type": "dwlstm",
-                "d_model": 16,
-                "ffn_dim": 16,
-                "encoder_layers": 1,
-                "decoder_layers": 1,
-                "encoder_attention_heads": 2,
-                "decoder_attention_heads": 2,
-            }
-        )
-    )
+    write_tiny_training_config(folder)
     return folder
 
 
@@ -367,19 +356,7 @@ def test_training_with_max_train_pairs_still_checks_the_line_counts(tmp_path):
         ["a man .", "two dogs .", "EXTRA", "ein mann .", "zwei hunde ."], vocab_size=60
     )
     tokenizer.save_pretrained(tmp_path / "tokenizer")
-    (tmp_path / "tiny.json").write_text(
-        json.dumps(
-            {
-                "model_type": "dwlstm",
-                "d_model": 16,
-                "ffn_dim": 16,
-                "encoder_layers": 1,
-                "decoder_layers": 1,
-                "encoder_attention_heads": 2,
-                "decoder_attention_heads": 2,
-            }
-        )
-    )
+    write_tiny_training_config(tmp_path)
     arguments = (
         ModelArguments(str(tmp_path / "tiny.json"), str(tmp_path / "tokenizer")),
         DataArguments(dataset=str(folder), source_lang="en", target_lang="de", max_train_pairs=1),
