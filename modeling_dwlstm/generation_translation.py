@@ -26,7 +26,8 @@ scores at each step:
 With an int8 output projection the scores are its float32 output, which this loop owns as well (the
 int32 sums rescaled once on the `torch._int_mm` route, `precision.Int8Projection`; fbgemm's own
 float32 output on the other, `precision.FbgemmInt8Projection`), and the log-softmax runs in place
-over them. bfloat16 logits are converted to float32 once, as transformers' loop converts them.
+over them. bfloat16 logits are converted to float32 once, as transformers' loop converts them, into
+one float32 tensor that every step writes over (`ScoresBuffer`).
 
 What this loop does not implement runs in transformers' loop, never ignored (`lean_refusal` says
 why): sampling and the other search methods, streamers, synchronised GPUs, assisted decoding,
@@ -864,17 +865,40 @@ def run_compiled(module, compiled, model_inputs: dict):
         return module(**model_inputs, return_dict=True)
 
 
-def step_scores(forward: StepForward, step: int, model_inputs: dict, columns: OutputColumns | None):
+class ScoresBuffer:
+    """The float32 tensor that holds each step's scores where the logits are bfloat16 or float16,
+    written over at every step. A new (rows, vocabulary) float32 tensor per step costs more than the
+    copy into it at large batches: glibc serves blocks over 32 MB with fresh pages from the
+    operating system (131 MB at 1,024 rows of a 32k vocabulary), zeroed and faulted in at every
+    step. The loop that owns it keeps no step's scores past that step."""
+
+    def __init__(self):
+        self.tensor = None
+
+    def float32(self, logits: torch.Tensor) -> torch.Tensor:
+        tensor = self.tensor
+        if tensor is None or tensor.shape != logits.shape or tensor.device != logits.device:
+            tensor = self.tensor = torch.empty(logits.shape, device=logits.device)
+        return tensor.copy_(logits)  # exact: float32 holds every bfloat16 and float16 value
+
+
+def step_scores(
+    forward: StepForward,
+    step: int,
+    model_inputs: dict,
+    columns: OutputColumns | None,
+    buffer: ScoresBuffer | None = None,
+):
     """Decoding step `step` (0 for the first): (outputs, float32 scores (rows, columns) of the last
     position). The scores are a tensor this loop owns (the output projection's own, or its float32
-    conversion): it may change them in place."""
+    conversion, into `buffer` where given): it may change them in place."""
     outputs = forward(step, model_inputs)
     if columns is None:
         logits = outputs.logits[:, -1]  # (N, V)
     else:
         logits = columns.projection(outputs.last_hidden_state[:, -1])  # (N, S)
     if logits.dtype != torch.float32:
-        logits = logits.float()
+        logits = logits.float() if buffer is None else buffer.float32(logits)
     elif not logits.is_contiguous():  # a decoder prompt longer than one token: (N, T, V)[:, -1]
         logits = logits.contiguous()
     return outputs, logits
@@ -1062,9 +1086,13 @@ def lean_greedy_search(
     unfinished_sequences = torch.ones(batch_size, dtype=torch.long, device=input_ids.device)
     model_inputs = inputs.step(input_ids, first=True)
     forward = StepForward(model, generation_config, inputs.cache, columns)
+    # the returned scores keep each step's tensor
+    buffer = ScoresBuffer() if scores is None else None
     while True:
         # (B, V or S)
-        outputs, logits = step_scores(forward, length - input_ids.shape[1], model_inputs, columns)
+        outputs, logits = step_scores(
+            forward, length - input_ids.shape[1], model_inputs, columns, buffer
+        )
         del outputs
         next_token_scores = apply_processors(logits_processor, tokens[:, :length], logits, columns)
         if scores is not None:
@@ -1249,9 +1277,12 @@ def lean_beam_search(
     flat_running_sequences = input_ids
     model_inputs = inputs.step(input_ids, first=True)
     forward = StepForward(model, generation_config, inputs.cache, columns)
+    buffer = ScoresBuffer()  # the returned scores are copies
     while True:
         # (B * beams, V or S)
-        outputs, log_probs = step_scores(forward, cur_len - prompt_length, model_inputs, columns)
+        outputs, log_probs = step_scores(
+            forward, cur_len - prompt_length, model_inputs, columns, buffer
+        )
         del outputs
         torch.log_softmax(log_probs, dim=-1, out=log_probs)
         log_probs = apply_processors(

@@ -434,6 +434,31 @@ def test_bfloat16_weights_decode_the_same(case, lean_calls):
     assert lean_calls == {"greedy": 1, "beam": 1}
 
 
+def test_bfloat16_scores_are_written_into_one_tensor_over_the_steps(monkeypatch, lean_calls):
+    """Each step's float32 scores go into the same tensor (a new one per step faults fresh pages in
+    at large batches); where the call returns the scores, greedy search keeps one tensor per step,
+    and either way the output is transformers' loop's."""
+    model = int8_model("dwlstm", "bfloat16")
+    holders = []
+    original = generation_translation.ScoresBuffer.float32
+
+    def recorded(self, logits):
+        scores = original(self, logits)
+        holders.append(scores.data_ptr())
+        return scores
+
+    monkeypatch.setattr(generation_translation.ScoresBuffer, "float32", recorded)
+    for num_beams in (1, 3):
+        holders.clear()
+        assert_same_output(*both_loops(model, num_beams=num_beams, max_new_tokens=6))
+        assert len(holders) > 1 and len(set(holders)) == 1  # one per step
+    holders.clear()
+    returned = dict(return_dict_in_generate=True, output_scores=True)
+    assert_same_output(*both_loops(model, num_beams=1, max_new_tokens=6, **returned))
+    assert holders == []  # greedy's returned scores are the steps' own tensors
+    assert lean_calls == {"greedy": 2, "beam": 1}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_option_of_every_member_decodes_the_same(case, lean_calls):
     model = eos_prone(tiny_model(case))
