@@ -69,6 +69,17 @@ def cache_argument(past_key_values: Cache | None, cache: Cache | None) -> Cache 
 # 1. Building blocks -------------------------------------------------------------------------------
 
 
+def forward_replaced_or_hooked(module: nn.Module) -> bool:
+    """Whether calling `module` may run more than its class's forward: a forward set on the
+    instance, or forward hooks of its own or global ones. torch keeps the hooks in these dicts, with
+    no public accessor; where a torch release keeps them elsewhere, the answer is yes."""
+    hooks = [getattr(module, name, None) for name in ("_forward_hooks", "_forward_pre_hooks")] + [
+        getattr(nn.modules.module, name, None)
+        for name in ("_global_forward_hooks", "_global_forward_pre_hooks")
+    ]
+    return "forward" in vars(module) or any(found is None or len(found) for found in hooks)
+
+
 def shift_tokens_right(
     labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int
 ) -> torch.Tensor:
@@ -659,6 +670,23 @@ class TranslationTransformerForConditionalGeneration(
 
     def set_output_embeddings(self, value: nn.Linear):
         self.lm_head = value
+
+    def decoding_step_projection(self) -> nn.Linear | None:
+        """The output projection, where a decoding loop may apply it to `self.model`'s output itself
+        (into a tensor it reuses from step to step) and get this forward's logits: a bias-free
+        nn.Linear, and this class's forward, called as it is. None where that would skip something:
+        a subclass's own forward, a forward replaced or hooked on the model or the projection
+        (accelerate's hooks, `register_forward_hook`), another kind of projection (int8, LoRA)."""
+        projection = self.lm_head
+        if (
+            type(self).forward is not TranslationTransformerForConditionalGeneration.forward
+            or type(projection) is not nn.Linear
+            or projection.bias is not None
+            or forward_replaced_or_hooked(self)
+            or forward_replaced_or_hooked(projection)
+        ):
+            return None
+        return projection
 
     def forward(
         self,

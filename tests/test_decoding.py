@@ -459,6 +459,90 @@ def test_bfloat16_scores_are_written_into_one_tensor_over_the_steps(monkeypatch,
     assert lean_calls == {"greedy": 2, "beam": 1}
 
 
+@pytest.mark.parametrize("route", [None, "bfloat16"])
+def test_the_output_projection_is_written_into_one_tensor_over_the_steps(
+    route, monkeypatch, lean_calls
+):
+    """Eager steps project the decoder's output themselves, into the same tensor at every step,
+    and decode what transformers' loop decodes; greedy search returning its scores (each step's
+    own tensor) leaves the projection to the model."""
+    model = int8_model("dwlstm", route)
+    assert model.decoding_step_projection() is model.lm_head
+    holders = []
+    original = generation_translation.ReusedLogits.__call__
+
+    def recorded(self, hidden):
+        logits = original(self, hidden)
+        holders.append(logits.data_ptr())
+        return logits
+
+    monkeypatch.setattr(generation_translation.ReusedLogits, "__call__", recorded)
+    for num_beams in (1, 3):
+        holders.clear()
+        assert_same_output(*both_loops(model, num_beams=num_beams, max_new_tokens=6))
+        assert len(holders) > 1 and len(set(holders)) == 1  # one per step
+    holders.clear()
+    returned = dict(return_dict_in_generate=True, output_scores=True)
+    assert_same_output(*both_loops(model, num_beams=1, max_new_tokens=6, **returned))
+    assert holders == []
+    assert lean_calls == {"greedy": 2, "beam": 1}
+
+
+class OwnForward(TranslationTransformerForConditionalGeneration):
+    """A subclass with a forward of its own, which the decoding loop must call."""
+
+    def forward(self, *args, **kwargs):
+        output = super().forward(*args, **kwargs)
+        output.logits = favour_token(output.logits)
+        return output
+
+
+def favour_token(logits: torch.Tensor) -> torch.Tensor:
+    """`logits` with token 5 far ahead (a new tensor)."""
+    bonus = torch.zeros(logits.shape[-1], dtype=logits.dtype)
+    bonus[5] = 10.0
+    return logits + bonus
+
+
+def hooked_models():
+    """Models whose logits come from more than the plain projection: a forward hook on the
+    projection, a pre-hook on the model, a forward set on the projection's instance, a subclass's
+    forward."""
+    hook = eos_prone(tiny_model("dwlstm"))
+    hook.lm_head.register_forward_hook(lambda module, args, output: favour_token(output))
+    pre_hook = eos_prone(tiny_model("dwlstm"))
+    calls = []
+    pre_hook.register_forward_pre_hook(lambda module, args: calls.append(1))
+    replaced = eos_prone(tiny_model("dwlstm"))
+    plain_forward = replaced.lm_head.forward
+    replaced.lm_head.forward = lambda hidden: plain_forward(hidden).flip(-1)
+    subclass = eos_prone(tiny_model("dwlstm"))
+    subclass.__class__ = OwnForward
+    return {"hook": hook, "pre_hook": pre_hook, "replaced": replaced, "subclass": subclass}, calls
+
+
+def test_a_hooked_or_replaced_projection_runs_as_the_model_runs_it(lean_calls):
+    """Where projecting the decoder's output itself would skip something, the loop calls the model:
+    the hook or forward shapes the logits in both loops alike (and changes the translations, but
+    for the pre-hook, which counts the model's calls)."""
+    plain = eos_prone(tiny_model("dwlstm"))
+    settings = [dict(num_beams=num_beams, max_new_tokens=6) for num_beams in (1, 3)]
+    unhooked = [plain.generate(SOURCES, attention_mask=MASK, **each) for each in settings]
+    models, pre_hook_calls = hooked_models()
+    for name, model in models.items():
+        assert model.decoding_step_projection() is None, name
+        for each, translations in zip(settings, unhooked):
+            pre_hook_calls.clear()
+            lean = model.generate(SOURCES, attention_mask=MASK, **each)
+            if name == "pre_hook":  # each step called the model, with its hook
+                assert len(pre_hook_calls) == lean.shape[1] - 1
+            assert_same_output(
+                lean, model.generate(SOURCES, attention_mask=MASK, lean_decoding=False, **each)
+            )
+            assert torch.equal(lean, translations) == (name == "pre_hook"), name
+    assert lean_calls == {"greedy": 5, "beam": 5}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_option_of_every_member_decodes_the_same(case, lean_calls):
     model = eos_prone(tiny_model(case))
