@@ -434,49 +434,19 @@ def test_bfloat16_weights_decode_the_same(case, lean_calls):
     assert lean_calls == {"greedy": 1, "beam": 1}
 
 
-def test_bfloat16_scores_are_written_into_one_tensor_over_the_steps(monkeypatch, lean_calls):
-    """Each step's float32 scores go into the same tensor (a new one per step faults fresh pages in
-    at large batches); where the call returns the scores, greedy search keeps one tensor per step,
-    and either way the output is transformers' loop's."""
-    model = int8_model("dwlstm", "bfloat16")
+def assert_one_tensor_over_the_steps(monkeypatch, model, owner, method: str) -> None:
+    """`owner.method` (a step's tensor maker) returns the same tensor at every step of greedy and
+    beam search, and none where greedy search returns its scores (each step's own tensor); the
+    output is transformers' loop's either way."""
     holders = []
-    original = generation_translation.ScoresBuffer.float32
+    original = getattr(owner, method)
 
-    def recorded(self, logits):
-        scores = original(self, logits)
-        holders.append(scores.data_ptr())
-        return scores
+    def recorded(self, *args):
+        tensor = original(self, *args)
+        holders.append(tensor.data_ptr())
+        return tensor
 
-    monkeypatch.setattr(generation_translation.ScoresBuffer, "float32", recorded)
-    for num_beams in (1, 3):
-        holders.clear()
-        assert_same_output(*both_loops(model, num_beams=num_beams, max_new_tokens=6))
-        assert len(holders) > 1 and len(set(holders)) == 1  # one per step
-    holders.clear()
-    returned = dict(return_dict_in_generate=True, output_scores=True)
-    assert_same_output(*both_loops(model, num_beams=1, max_new_tokens=6, **returned))
-    assert holders == []  # greedy's returned scores are the steps' own tensors
-    assert lean_calls == {"greedy": 2, "beam": 1}
-
-
-@pytest.mark.parametrize("route", [None, "bfloat16"])
-def test_the_output_projection_is_written_into_one_tensor_over_the_steps(
-    route, monkeypatch, lean_calls
-):
-    """Eager steps project the decoder's output themselves, into the same tensor at every step,
-    and decode what transformers' loop decodes; greedy search returning its scores (each step's
-    own tensor) leaves the projection to the model."""
-    model = int8_model("dwlstm", route)
-    assert model.decoding_step_projection() is model.lm_head
-    holders = []
-    original = generation_translation.ReusedLogits.__call__
-
-    def recorded(self, hidden):
-        logits = original(self, hidden)
-        holders.append(logits.data_ptr())
-        return logits
-
-    monkeypatch.setattr(generation_translation.ReusedLogits, "__call__", recorded)
+    monkeypatch.setattr(owner, method, recorded)
     for num_beams in (1, 3):
         holders.clear()
         assert_same_output(*both_loops(model, num_beams=num_beams, max_new_tokens=6))
@@ -485,6 +455,28 @@ def test_the_output_projection_is_written_into_one_tensor_over_the_steps(
     returned = dict(return_dict_in_generate=True, output_scores=True)
     assert_same_output(*both_loops(model, num_beams=1, max_new_tokens=6, **returned))
     assert holders == []
+
+
+def test_bfloat16_scores_are_written_into_one_tensor_over_the_steps(monkeypatch, lean_calls):
+    """Each step's float32 scores go into the same tensor (a new one per step faults fresh pages in
+    at large batches)."""
+    model = int8_model("dwlstm", "bfloat16")
+    assert_one_tensor_over_the_steps(
+        monkeypatch, model, generation_translation.ScoresBuffer, "float32"
+    )
+    assert lean_calls == {"greedy": 2, "beam": 1}
+
+
+@pytest.mark.parametrize("route", [None, "bfloat16"])
+def test_the_output_projection_is_written_into_one_tensor_over_the_steps(
+    route, monkeypatch, lean_calls
+):
+    """Eager steps project the decoder's output themselves, into the same tensor at every step."""
+    model = int8_model("dwlstm", route)
+    assert model.decoding_step_projection() is model.lm_head
+    assert_one_tensor_over_the_steps(
+        monkeypatch, model, generation_translation.ReusedLogits, "__call__"
+    )
     assert lean_calls == {"greedy": 2, "beam": 1}
 
 
