@@ -887,6 +887,13 @@ def any_autocast() -> bool:
     return torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
 
 
+def step_tensor(tensor: torch.Tensor | None, shape, dtype, device) -> torch.Tensor:
+    """`tensor`, the previous step's, where it has this shape, dtype and device; else a new one."""
+    if tensor is None or tensor.shape != shape or tensor.dtype != dtype or tensor.device != device:
+        return torch.empty(shape, dtype=dtype, device=device)
+    return tensor
+
+
 class ReusedLogits:
     """The model's output projection (a bias-free nn.Linear, `decoding_step_projection`) applied by
     the loop, into one (rows, vocabulary) tensor that every step writes over: the product F.linear
@@ -898,15 +905,9 @@ class ReusedLogits:
         self.weight, self.tensor = projection.weight, None
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, V)
-        logits = self.tensor
-        if (
-            logits is None
-            or logits.shape[0] != hidden.shape[0]
-            or logits.dtype != hidden.dtype
-            or logits.device != hidden.device
-        ):
-            logits = self.tensor = hidden.new_empty(hidden.shape[0], self.weight.shape[0])
-        return torch.mm(hidden, self.weight.t(), out=logits)
+        shape = (hidden.shape[0], self.weight.shape[0])
+        self.tensor = step_tensor(self.tensor, shape, hidden.dtype, hidden.device)
+        return torch.mm(hidden, self.weight.t(), out=self.tensor)
 
 
 class ScoresBuffer:
@@ -920,10 +921,8 @@ class ScoresBuffer:
         self.tensor = None
 
     def float32(self, logits: torch.Tensor) -> torch.Tensor:
-        tensor = self.tensor
-        if tensor is None or tensor.shape != logits.shape or tensor.device != logits.device:
-            tensor = self.tensor = torch.empty(logits.shape, device=logits.device)
-        return tensor.copy_(logits)  # exact: float32 holds every bfloat16 and float16 value
+        self.tensor = step_tensor(self.tensor, logits.shape, torch.float32, logits.device)
+        return self.tensor.copy_(logits)  # exact: float32 holds every bfloat16 and float16 value
 
 
 def step_scores(
