@@ -1077,18 +1077,23 @@ def best_continuations(
     torch.topk((log_probs + beam_scores).view(sentences, -1), k), values and flat indices. Adding a
     beam's score keeps the order of its row, so only each beam's k + 1 best columns are added to it
     and compared. Where two of a sentence's k + 1 best are equal (bfloat16 logits, -inf), which of
-    them comes first is torch.topk's to say: the step is then that computation itself, the beam
-    scores added in place into `log_probs` (the loop's own tensor). log_probs (sentences * beams,
-    columns), beam_scores (sentences, beams)."""
+    them comes first is torch.topk's to say: that sentence's k best are then that computation
+    itself, over its own row (torch.topk orders each row by that row alone), the beam scores added
+    in place into `log_probs` (the loop's own tensor). log_probs (sentences * beams, columns),
+    beam_scores (sentences, beams)."""
     sentences, beams = beam_scores.shape
     columns = log_probs.shape[-1]
+    sums = log_probs.view(sentences, beams, columns)
     if columns > k:
         values, indices = row_topk(log_probs, k + 1)  # (sentences * beams, k + 1)
         totals = (values.view(sentences, beams, k + 1) + beam_scores[:, :, None]).view(
             sentences, -1
         )
         best, positions = torch.topk(totals, k + 1)  # (sentences, k + 1)
-        if bool((best[:, :-1] > best[:, 1:]).all()):  # no ties: one order, torch.topk's
+        tied = (~(best[:, :-1] > best[:, 1:]).all(1)).nonzero().flatten().tolist()
+        # One sentence's row at a time runs on one thread, where torch.topk over the batch shares
+        # its rows among the threads: the rows alone pay while fewer sentences tie than that.
+        if len(tied) * torch.get_num_threads() < sentences:
             # beam b's columns start there
             offsets = torch.arange(beams, device=indices.device)[:, None] * columns
             flat = (
@@ -1096,8 +1101,11 @@ def best_continuations(
                 .view(sentences, -1)
                 .gather(1, positions)
             )
+            for sentence in tied:
+                row = sums[sentence].add_(beam_scores[sentence, :, None])
+                best[sentence, :k], flat[sentence, :k] = torch.topk(row.view(-1), k)
             return best[:, :k], flat[:, :k]
-    log_probs.view(sentences, beams, columns).add_(beam_scores[:, :, None])
+    sums.add_(beam_scores[:, :, None])
     return torch.topk(log_probs.view(sentences, -1), k)
 
 

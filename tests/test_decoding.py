@@ -207,6 +207,30 @@ def test_best_continuations_are_the_top_k_over_beams_times_columns():
     )
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_best_continuations_with_one_tied_sentence_are_torch_topk_over_the_batch(threads):
+    """One sentence of sixteen has equal scores among its best (many equal columns in each beam, one
+    score for all its beams): its k best are torch.topk's over its own row, in torch.topk's order
+    among the equal ones, and the other sentences' are the fast route's; the whole is torch.topk
+    over the batch."""
+    generator = torch.Generator().manual_seed(1)
+    log_probs = torch.randn(16 * 3, 2000, generator=generator).log_softmax(-1)
+    beam_scores = torch.randn(16, 3, generator=generator)
+    log_probs[15:18, 100:140] = 0.5  # sentence 5, three beams, 40 equal columns each
+    beam_scores[5] = -1.0
+    sums = (log_probs.view(16, 3, -1) + beam_scores[:, :, None]).view(16, -1)
+    expected = torch.topk(sums, 8)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        values, indices = generation_translation.best_continuations(log_probs, beam_scores, 8)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
+    # torch.topk's order among the equal columns is not theirs: the check above is not vacuous
+    assert not torch.equal(indices[5], torch.arange(100, 108))
+
+
 # --- Attention at a decoding step -----------------------------------------------------------------
 
 
