@@ -150,8 +150,8 @@ CPU_CLASSES = (
         lambda cpu: cpu.matrix_tiles and cpu.native_bfloat16 and cpu.int8_dot_products,
         "bfloat16",
         "Xeon with AMX-BF16/INT8, AVX-512 BF16 and VNNI, 2 threads, quiet, three runs: bfloat16 "
-        "beam 4 1.77-2.01x, greedy 1.72-2.28x float32's speed; int8 1.45-1.56x / 1.66-2.06x; "
-        "bfloat16+int8 1.38-1.39x / 1.64-1.88x",
+        "beam 4 1.90-2.09x, greedy 1.98-2.12x float32's speed; int8 1.56-1.64x / 1.72-1.97x; "
+        "bfloat16+int8 1.31-1.52x / 1.58-1.72x",
     ),
     CpuClass(
         "AVX-512 VNNI",
