@@ -1083,7 +1083,7 @@ def best_continuations(
     beam_scores (sentences, beams)."""
     sentences, beams = beam_scores.shape
     columns = log_probs.shape[-1]
-    sums = log_probs.view(sentences, beams, columns)
+    sentence_rows = log_probs.view(sentences, beams, columns)
     if columns > k:
         values, indices = row_topk(log_probs, k + 1)  # (sentences * beams, k + 1)
         totals = (values.view(sentences, beams, k + 1) + beam_scores[:, :, None]).view(
@@ -1102,10 +1102,10 @@ def best_continuations(
                 .gather(1, positions)
             )
             for sentence in tied:
-                row = sums[sentence].add_(beam_scores[sentence, :, None])
+                row = sentence_rows[sentence].add_(beam_scores[sentence, :, None])
                 best[sentence, :k], flat[sentence, :k] = torch.topk(row.view(-1), k)
             return best[:, :k], flat[:, :k]
-    sums.add_(beam_scores[:, :, None])
+    sentence_rows.add_(beam_scores[:, :, None])
     return torch.topk(log_probs.view(sentences, -1), k)
 
 
