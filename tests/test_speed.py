@@ -4,6 +4,7 @@ targets."""
 
 import dataclasses
 import json
+import multiprocessing
 import tempfile
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from nmt_toolkit.lab.speed import (
     random_words_tokenizer,
     registered_members,
     run_benchmark,
+    serve_translations,
     training_flops,
     translate_forced,
     write_report,
@@ -634,6 +636,15 @@ def test_the_engine_process_translates_on_request_and_reports_its_errors(tmp_pat
     finally:
         engine.close()
     assert not engine.process.is_alive()
+
+
+def test_the_engine_child_ends_quietly_when_the_benchmark_is_gone():
+    """A benchmark stopped or killed closes its end of the pipe: the child has no one to report
+    to, so it ends, where it used to print a traceback of sending that report into the closed
+    pipe."""
+    benchmark_end, child_end = multiprocessing.Pipe()
+    benchmark_end.close()
+    serve_translations(child_end, {}, 1, [])
 
 
 @pytest.mark.parametrize(

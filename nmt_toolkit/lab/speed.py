@@ -467,6 +467,8 @@ def serve_translations(connection, paths: dict, threads: int, source_tokens: lis
                 key, num_beams, new_tokens, *use_vmap = task
                 translate_forced(translators[key], source_tokens, num_beams, new_tokens, *use_vmap)
             connection.send(None)
+    except EOFError:  # the parent is gone (stopped, killed): no one to report to or translate for
+        return
     except Exception as error:  # reported to the parent, which raises it
         connection.send(f"{type(error).__name__}: {error}")
 
