@@ -1187,9 +1187,6 @@ def cpu_routes() -> dict:
 
 def run_benchmark(settings: BenchmarkSettings, log=print) -> dict:
     settings.check()
-    # one compiled forward per model, precision and search: more than torch's default 8
-    if settings.compile_decoding:
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     if settings.device == "cpu":
         torch.set_num_threads(settings.threads)
         if settings.keep_freed_memory:  # before any row: every row, float32 too, runs with it
