@@ -220,12 +220,8 @@ def test_best_continuations_with_one_tied_sentence_are_torch_topk_over_the_batch
     beam_scores[5] = -1.0
     sums = (log_probs.view(16, 3, -1) + beam_scores[:, :, None]).view(16, -1)
     expected = torch.topk(sums, 8)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        values, indices = generation_translation.best_continuations(log_probs, beam_scores, 8)
-    finally:
-        torch.set_num_threads(before)
+    torch.set_num_threads(threads)  # the module's `one_thread` fixture sets it back
+    values, indices = generation_translation.best_continuations(log_probs, beam_scores, 8)
     assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
     # torch.topk's order among the equal columns is not theirs: the check above is not vacuous
     assert not torch.equal(indices[5], torch.arange(100, 108))
