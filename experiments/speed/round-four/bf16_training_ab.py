@@ -9,7 +9,11 @@ fused loss, fused Adam (the benchmark's `training_step`).
     PYTHONPATH=. python experiments/speed/round-four/bf16_training_ab.py --profile dwlstm   # op table, bf16
 
 "bf16_bf16_attention" is the bf16 step with the attention as it was before `building_blocks.sdpa`
-(bfloat16 SDPA under autocast); "bf16" runs the code as it is.
+(bfloat16 SDPA under autocast); "bf16" runs the code as it is. Two steps without autocast bound what
+bfloat16 weights could give: "bf16_weights" trains a bfloat16 copy of the model with Adam on its
+bfloat16 parameters (no float32 anywhere but the loss and the attention), "bf16_master" the same
+model with float32 master weights (the gradients copied up, fused Adam on the float32 weights, the
+weights copied back down: mixed precision without autocast's casts of activations).
 """  # noqa: E501
 
 import argparse
@@ -18,6 +22,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from modeling_dwlstm import building_blocks
@@ -38,6 +43,8 @@ from nmt_toolkit.lab.speed import (
 
 VARIANTS = {
     "fp32": (False, False),
+    "bf16_weights": (False, False),
+    "bf16_master": (False, False),
     "bf16": (True, False),
     "bf16_compiled": (True, True),
     "fp32_compiled": (False, True),
@@ -53,14 +60,50 @@ def plain_sdpa(query, keys, values, attention_mask=None, dropout=0.0):
     )
 
 
+def float32_sdpa(query, keys, values, attention_mask=None, dropout=0.0):
+    """The attention of a bfloat16 model in float32, as `building_blocks.sdpa` does under autocast
+    (PyTorch's bfloat16 CPU attention is the slower)."""
+    attended = F.scaled_dot_product_attention(
+        query.float(), keys.float(), values.float(), attn_mask=attention_mask, dropout_p=dropout
+    )
+    return attended.to(query.dtype)
+
+
+class MasterWeightsAdam:
+    """Fused Adam on float32 copies of a bfloat16 model's weights: each step copies the bfloat16
+    gradients up, updates the float32 weights and copies them back down."""
+
+    def __init__(self, model):
+        self.weights = [p for p in model.parameters() if p.requires_grad]
+        self.master = nn.ParameterList(nn.Parameter(w.detach().float()) for w in self.weights)
+        self.adam = make_optimizer(self.master)
+
+    def step(self):
+        for weight, master in zip(self.weights, self.master):
+            master.grad = weight.grad.float()
+        self.adam.step()
+        with torch.no_grad():
+            for weight, master in zip(self.weights, self.master):
+                weight.copy_(master)
+
+    def zero_grad(self, set_to_none=True):
+        for weight, master in zip(self.weights, self.master):
+            weight.grad = master.grad = None
+
+
 def step_task(model, optimizer, batch, bf16: bool, variant: str):
     """One training step; "bf16_bf16_attention" with the attention of before (bfloat16 SDPA under
-    autocast)."""
+    autocast), the bfloat16-weight variants attending in float32."""
+    replacement = {
+        "bf16_bf16_attention": plain_sdpa,
+        "bf16_weights": float32_sdpa,
+        "bf16_master": float32_sdpa,
+    }.get(variant)
 
     def task():
-        if variant != "bf16_bf16_attention":
+        if replacement is None:
             return training_step(model, optimizer, batch, "cpu", bf16=bf16)
-        saved, building_blocks.sdpa = building_blocks.sdpa, plain_sdpa
+        saved, building_blocks.sdpa = building_blocks.sdpa, replacement
         try:
             return training_step(model, optimizer, batch, "cpu", bf16=bf16)
         finally:
@@ -69,10 +112,12 @@ def step_task(model, optimizer, batch, bf16: bool, variant: str):
     return task
 
 
-def setup(member: str, compiled: bool):
+def setup(member: str, compiled: bool, variant: str = "fp32"):
     torch.manual_seed(0)
     model = build_model(member, "base")
-    optimizer = make_optimizer(model)
+    if variant in ("bf16_weights", "bf16_master"):
+        model = model.to(torch.bfloat16)
+    optimizer = MasterWeightsAdam(model) if variant == "bf16_master" else make_optimizer(model)
     # the whole model, as the Trainer's torch_compile does (accelerate: torch.compile(model))
     if compiled:
         model = torch.compile(model)
@@ -99,9 +144,11 @@ def main():
     length = 64
     batch = random_batch(batch_size_for(length, 4096), length, length, 32000)
     if args.profile:
-        variant = next(name for name in args.variants if VARIANTS[name][0])
+        variant = next(
+            name for name in args.variants if VARIANTS[name][0] or name.startswith("bf16")
+        )
         bf16, compiled = VARIANTS[variant]
-        model, optimizer = setup(args.profile, compiled)
+        model, optimizer = setup(args.profile, compiled, variant)
         task = step_task(model, optimizer, batch, bf16, variant)
         for _ in range(2):
             task()
@@ -118,7 +165,7 @@ def main():
     for member in args.members:
         for variant in args.variants:
             bf16, compiled = VARIANTS[variant]
-            model, optimizer = setup(member, compiled)
+            model, optimizer = setup(member, compiled, variant)
             tasks[member, variant] = step_task(model, optimizer, batch, bf16, variant)
             started = time.perf_counter()
             tasks[member, variant]()  # warm-up (compiles)
