@@ -680,6 +680,35 @@ def test_compiled_model_generates_and_trains_like_the_eager_one():
         torch.testing.assert_close(model(**batch).loss, expected_loss)
 
 
+def test_the_rows_with_and_without_the_shortlist_decode_one_copy_per_model_and_precision(
+    monkeypatch,
+):
+    """The deployment run holds every member in every precision at once: the shortlist rows decode
+    the same copies as the plain rows, with the shortlist set on them."""
+    calls = []
+    monkeypatch.setattr(
+        speed,
+        "generate_forced",
+        lambda model, source, beams, new_tokens, device, **options: calls.append(
+            (model, options.get("use_shortlist", False))
+        ),
+    )
+    torch.manual_seed(0)
+    models = {"dwlstm": build_model("dwlstm", "tiny", VOCAB)}
+    settings = BenchmarkSettings(precisions=("float32", "int8"))
+    copies = speed.inference_copies(models, settings)
+    source = random_batch(2, 6, 1, VOCAB)
+    for task in {
+        **speed.generation_tasks(copies, source, settings),
+        **speed.shortlist_tasks(copies, source, settings),
+    }.values():
+        task()
+    assert len(calls) == 8 and sum(shortlisted for _, shortlisted in calls) == 4
+    assert len({id(model) for model, _ in calls}) == 2
+    assert {id(model) for model, _ in calls} == {id(model) for model in copies.values()}
+    assert all(model.shortlist is not None for model, _ in calls)
+
+
 def test_compile_decoding_compiles_the_familys_decoding_and_not_marians(monkeypatch):
     """With `compile_decoding` every row of the family decodes with compiled steps (with the
     shortlist too); Marian, which has no such option, as it is."""
@@ -694,9 +723,10 @@ def test_compile_decoding_compiles_the_familys_decoding_and_not_marians(monkeypa
     torch.manual_seed(0)
     models = {member: build_model(member, "tiny", VOCAB) for member in ("dwlstm", speed.MARIAN)}
     settings = BenchmarkSettings(compile_decoding=True, precisions=("float32", "int8"))
+    copies = speed.inference_copies(models, settings)
     tasks = {
-        **speed.generation_tasks(models, random_batch(2, 6, 1, VOCAB), settings),
-        **speed.shortlist_tasks(models, random_batch(2, 6, 1, VOCAB), settings),
+        **speed.generation_tasks(copies, random_batch(2, 6, 1, VOCAB), settings),
+        **speed.shortlist_tasks(copies, random_batch(2, 6, 1, VOCAB), settings),
     }
     for task in tasks.values():
         task()

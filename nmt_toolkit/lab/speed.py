@@ -868,38 +868,46 @@ def decoding_options(member: str, settings: BenchmarkSettings) -> dict:
     return {"compile_decoding": True} if settings.compile_decoding and member != MARIAN else {}
 
 
-def generation_tasks(models: dict, source: dict, settings: BenchmarkSettings) -> dict:
-    """{(member, "beam4" | "greedy", precision): task} for every model in every precision `settings`
-    times (`timed_precisions`)."""
+def inference_copies(models: dict, settings: BenchmarkSettings) -> dict:
+    """{(member, precision): `inference_copy`} for every model in every precision `settings` times
+    (`timed_precisions`): made once, for the rows with and without the shortlist alike (a copy per
+    row would hold every model, and its compiled steps, twice)."""
+    return {
+        (member, precision): inference_copy(model, precision, settings.measure_refused)
+        for member, model in models.items()
+        for precision in timed_precisions(settings)
+    }
+
+
+def generation_tasks(copies: dict, source: dict, settings: BenchmarkSettings) -> dict:
+    """{(member, "beam4" | "greedy", precision): task} for every model of `copies`
+    (`inference_copies`)."""
     tasks = {}
-    for member, model in models.items():
+    for (member, precision), prepared in copies.items():
         options = decoding_options(member, settings)
-        for precision in timed_precisions(settings):
-            prepared = inference_copy(model, precision, settings.measure_refused)
-            for task, beams in (("beam4", 4), ("greedy", 1)):
-                tasks[member, task, precision] = lambda m=prepared, b=beams, o=options: (
-                    generate_forced(m, source, b, settings.new_tokens, settings.device, **o)
-                )
+        for task, beams in (("beam4", 4), ("greedy", 1)):
+            tasks[member, task, precision] = lambda m=prepared, b=beams, o=options: generate_forced(
+                m, source, b, settings.new_tokens, settings.device, **o
+            )
     return tasks
 
 
-def shortlist_tasks(models: dict, source: dict, settings: BenchmarkSettings) -> dict:
-    """{(member, "beam4" | "greedy", precision, SHORTLIST): task}: our members (not Marian) decoding
-    over `synthetic_shortlist`, in every precision `settings` times (`timed_precisions`)."""
+def shortlist_tasks(copies: dict, source: dict, settings: BenchmarkSettings) -> dict:
+    """{(member, "beam4" | "greedy", precision, SHORTLIST): task}: our members' models of `copies`
+    (`inference_copies`; not Marian) decoding over `synthetic_shortlist`."""
     tasks = {}
-    for member, model in models.items():
+    shortlist = synthetic_shortlist(settings.vocab_size)
+    for (member, precision), prepared in copies.items():
         if member == MARIAN:
             continue
-        model.shortlist = synthetic_shortlist(settings.vocab_size)
+        prepared.shortlist = shortlist
         options = decoding_options(member, settings)
-        for precision in timed_precisions(settings):
-            prepared = inference_copy(model, precision, settings.measure_refused)
-            for task, beams in (("beam4", 4), ("greedy", 1)):
-                tasks[member, task, precision, SHORTLIST] = lambda m=prepared, b=beams, o=options: (
-                    generate_forced(
-                        m, source, b, settings.new_tokens, settings.device, use_shortlist=True, **o
-                    )
+        for task, beams in (("beam4", 4), ("greedy", 1)):
+            tasks[member, task, precision, SHORTLIST] = lambda m=prepared, b=beams, o=options: (
+                generate_forced(
+                    m, source, b, settings.new_tokens, settings.device, use_shortlist=True, **o
                 )
+            )
     return tasks
 
 
@@ -947,9 +955,10 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
         )
         for length in settings.lengths
     }
-    tasks = generation_tasks(models, source, settings)
+    copies = inference_copies(models, settings)
+    tasks = generation_tasks(copies, source, settings)
     if settings.shortlist:
-        tasks.update(shortlist_tasks(models, source, settings))
+        tasks.update(shortlist_tasks(copies, source, settings))
     for member in members:
         model, optimizer = models[member], optimizers[member]
         for length, batch in training_batches.items():
@@ -1006,7 +1015,7 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
                 seconds, [member], precisions, settings, SHORTLIST
             )[member]
             row["shortlist_union"] = len(
-                models[member].shortlist.candidates(source["input_ids"].cpu())
+                synthetic_shortlist(settings.vocab_size).candidates(source["input_ids"].cpu())
             )
         for length, batch in training_batches.items():
             step = seconds[member, f"train{length}"]
@@ -1080,7 +1089,7 @@ def benchmark_depth_pair(settings: BenchmarkSettings, log=print) -> dict:
         ),
         settings.device,
     )
-    tasks = generation_tasks(models, source, settings)
+    tasks = generation_tasks(inference_copies(models, settings), source, settings)
     log(
         f"[depth pair] warm-up and timing {len(tasks)} tasks x {settings.repeats} repeats, "
         "interleaved ..."
@@ -1870,6 +1879,7 @@ __all__ = [
     "EngineProcess",
     "training_flops",
     "synthetic_shortlist",
+    "inference_copies",
     "shortlist_tasks",
     "int8_gemm_share",
     "step_matmul_rates",
