@@ -1,13 +1,20 @@
 """Compiled decoding steps that stay compiled: batches padded to buckets, a few graphs per model
 whatever the batch shapes, and the tokens of eager decoding."""
 
+import gc
 import warnings
+import weakref
 
 import torch
 from conftest import GraphCounter, random_ids, tiny_model
 from transformers import CompileConfig
 
-from modeling_dwlstm.generation_translation import SOURCE_BUCKET, bucket_sentences, bucketed_inputs
+from modeling_dwlstm.generation_translation import (
+    COMPILED_CALLS,
+    SOURCE_BUCKET,
+    bucket_sentences,
+    bucketed_inputs,
+)
 
 # (sentences, source length, beams): sizes on both sides of the attention routes' threshold, lengths
 # across several source buckets, greedy and beam search in turn
@@ -100,3 +107,21 @@ def test_a_compiled_beam_search_step_knows_its_beams_per_sentence(fresh_compiler
     model.generate(sources, attention_mask=mask, num_beams=3, max_new_tokens=5, **options)
     assert recorder.graphs == 1 and recorder.sizes  # the rows and lengths are dynamic
     assert not [size for size in recorder.sizes if "//" in size], recorder.sizes
+
+
+def test_a_model_decoded_with_compiled_steps_is_freed_when_dropped(fresh_compiler):
+    """A process that evaluates checkpoints in a loop drops each model: its compiled step (kept
+    beside it) must not keep it, or its weights, alive."""
+    model = tiny_model("dwlstm")
+    options = dict(
+        compile_decoding=True,
+        compile_config=CompileConfig(backend=GraphCounter(), fullgraph=True, mode="default"),
+    )
+    sources, mask = varied_batch(3, 7, seed=0)
+    for beams in (1, 3):
+        model.generate(sources, attention_mask=mask, num_beams=beams, max_new_tokens=4, **options)
+    assert model in COMPILED_CALLS
+    dropped, weights = weakref.ref(model), weakref.ref(next(model.parameters()))
+    del model
+    gc.collect()
+    assert dropped() is None and weights() is None
