@@ -363,6 +363,10 @@ def test_paths_the_cpu_refuses_to_users_are_listed_and_timed_only_when_asked(
     assert {args[1] for name, args, _ in calls if name == "inference_copy"} == set(
         PRECISIONS
     ) & timed
+    # one copy per precision: the shortlist rows and the int8 profile decode the timed copies
+    assert sorted(args[1] for name, args, _ in calls if name == "inference_copy") == sorted(
+        set(PRECISIONS) & timed
+    )
     assert any(kwargs.get("bf16") for name, _, kwargs in calls if name == "training_step") == (
         "train_bf16" in timed
     )

@@ -1015,7 +1015,7 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
                 seconds, [member], precisions, settings, SHORTLIST
             )[member]
             row["shortlist_union"] = len(
-                synthetic_shortlist(settings.vocab_size).candidates(source["input_ids"].cpu())
+                copies[member, precisions[0]].shortlist.candidates(source["input_ids"].cpu())
             )
         for length, batch in training_batches.items():
             step = seconds[member, f"train{length}"]
@@ -1039,8 +1039,14 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
             }
         if settings.gemm_share and member == PROFILED_MEMBER and "int8_gemm_share" not in untimed:
             log(f"[{size}] profile of {member}'s int8 beam-4 decoding ...")
+            # the timed int8 copy where there is one (another copy would compile its steps again)
+            profiled = (
+                copies[member, "int8"]
+                if (member, "int8") in copies
+                else inference_copy(models[member], "int8", settings.measure_refused)
+            )
             row["int8_gemm_share"] = int8_gemm_share(
-                inference_copy(models[member], "int8", settings.measure_refused),
+                profiled,
                 source,
                 settings.new_tokens,
                 **decoding_options(member, settings),
