@@ -5,7 +5,9 @@ targets."""
 import dataclasses
 import json
 import multiprocessing
+import sys
 import tempfile
+import weakref
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from modeling_dwlstm import precision
+from modeling_dwlstm.paper_configs import PAPER_VOCAB_SIZE
 from modeling_dwlstm.precision import INT8_ROUTES, int8_route
 from nmt_toolkit.lab import speed
 from nmt_toolkit.lab.commands import measure_speed as speed_command
@@ -711,6 +714,103 @@ def test_the_rows_with_and_without_the_shortlist_decode_one_copy_per_model_and_p
     assert len({id(model) for model, _ in calls}) == 2
     assert {id(model) for model, _ in calls} == {id(model) for model in copies.values()}
     assert all(model.shortlist is not None for model, _ in calls)
+
+
+def tiny_settings(**options) -> BenchmarkSettings:
+    """A tiny run of the benchmark: dwlstm and Marian, float32 and int8, one repeat."""
+    return BenchmarkSettings(
+        sizes=("tiny",),
+        lengths=(8,),
+        headline_length=8,
+        token_budget=64,
+        generation_batch=2,
+        source_length=5,
+        new_tokens=3,
+        repeats=1,
+        vocab_size=VOCAB,
+        members=("dwlstm", MARIAN),
+        device="cpu",
+        peak_matmul_size=64,
+        measure_memory=False,
+        precisions=("float32", "int8"),
+        **options,
+    )
+
+
+def test_the_inference_copies_are_freed_before_the_training_rows_make_their_optimizers(
+    monkeypatch,
+):
+    """The decoding rows' copies and the training rows' Adam state are never held at once (the
+    deployment run held both, 20 GB at base)."""
+    copies, alive_at_training = [], []
+    made = speed.inference_copies
+
+    def inference_copies(models, settings):
+        made_copies = made(models, settings)
+        copies.extend(
+            weakref.ref(copy) for (_, name), copy in made_copies.items() if name != "float32"
+        )
+        return made_copies
+
+    def make_optimizer(model):
+        alive_at_training.append(sum(copy() is not None for copy in copies))
+        return torch.optim.Adam(model.parameters())
+
+    monkeypatch.setattr(speed, "inference_copies", inference_copies)
+    monkeypatch.setattr(speed, "make_optimizer", make_optimizer)
+    rows = run_benchmark(tiny_settings(), log=lambda message: None)["sizes"]["tiny"]
+    assert len(copies) == 2 and alive_at_training == [0, 0]
+    assert all(
+        row["generation"]["int8"]["beam4"] > 0 and row["train"][8]["step_s"] > 0
+        for row in rows.values()
+    )
+
+
+def test_a_run_short_of_memory_is_refused_before_any_row_runs(monkeypatch, capsys):
+    """Where the machine has less memory available than the rows need, the run stops at once with
+    what it needs and what to do, not "Killed" by the kernel part way; --skip_memory_check runs it
+    anyway."""
+    ran = []
+    monkeypatch.setattr(speed, "generate_forced", lambda *args, **options: ran.append(args))
+    monkeypatch.setattr(speed, "training_step", lambda *args, **options: ran.append(args))
+    monkeypatch.setattr(speed, "available_memory_bytes", lambda: 1000)
+    lines = []
+    with pytest.raises(
+        speed.NotEnoughMemory, match=r"training rows need at least .* \(--members\)"
+    ):
+        run_benchmark(tiny_settings(), log=lines.append)
+    assert ran == [] and lines[-1].endswith("; 0.0 GB available.")
+    speed.check_memory(
+        {"dwlstm": build_model("dwlstm", "tiny", VOCAB)}, tiny_settings(memory_check=False)
+    )
+    # the command: an error line and exit code 1, no traceback
+    monkeypatch.setattr(sys, "argv", ["measure_speed", "--quick", "--members", "dwlstm"])
+    with pytest.raises(SystemExit) as stopped:
+        speed_command.run()
+    assert stopped.value.code == 1 and ran == []
+    assert capsys.readouterr().err.startswith("error: This run's training rows need at least")
+
+
+def test_the_memory_estimate_holds_every_inference_copy(monkeypatch):
+    """`memory_needed`'s decoding rows (compiled steps off) are the bytes of the copies the rows
+    decode, at the small size with the papers' vocabulary (its embeddings stay float32 in int8)
+    and with a small one (on torch._int_mm's route: fbgemm's packed weights are no tensors to
+    count)."""
+    monkeypatch.setattr(precision, "int8_route", lambda features=None: "int_mm")
+    monkeypatch.setattr(speed, "int8_route", lambda features=None: "int_mm")
+    settings = BenchmarkSettings(precisions=tuple(PRECISIONS), measure_refused=True)
+    for member, vocabulary in (("dwlstm", PAPER_VOCAB_SIZE), ("dwlstm", 1000), (MARIAN, 1000)):
+        models = {member: build_model(member, "small", vocabulary)}
+        copies = speed.inference_copies(models, settings)
+        for (_, name), copy in copies.items():
+            assert speed.copy_bytes(models[member], name) == pytest.approx(
+                0 if name == "float32" else speed.weight_bytes(copy), rel=0.001
+            ), (member, vocabulary, name)
+        estimate = speed.memory_needed(models, settings)
+        assert estimate["decoding"] == sum(
+            speed.copy_bytes(models[member], name) for name in PRECISIONS
+        )
+        assert estimate["training"] == 3 * speed.weight_bytes(models[member])
 
 
 def test_compile_decoding_compiles_the_familys_decoding_and_not_marians(monkeypatch):

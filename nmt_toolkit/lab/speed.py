@@ -208,6 +208,8 @@ class BenchmarkSettings:
     measure_refused: bool = False
     # glibc keeps freed memory for the whole run (`nmt_toolkit.allocator.keep_freed_memory`)
     keep_freed_memory: bool = False
+    # refuse a run that needs more memory than the machine has available (`check_memory`)
+    memory_check: bool = True
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
 
     def check(self):
@@ -755,6 +757,105 @@ def compiled(model: nn.Module, backend: str = "inductor") -> nn.Module:
 # ---------------------------------------------------------------------------------------------
 
 
+# What compiled decoding steps add per (model, precision), per byte of the float32 model:
+# torch.compile's code and objects, not weight copies (the base depth-wise LSTM, 287 MB of float32
+# weights: +185-212 MB float32, +52-78 MB bfloat16, +157 MB int8, at most +17 MB bfloat16+int8).
+COMPILED_STEP_BYTES = {"float32": 0.75, "bfloat16": 0.3, "int8": 0.55, "bfloat16+int8": 0.1}
+
+
+class NotEnoughMemory(MemoryError):
+    """A run whose rows need more memory than the machine has available (`check_memory`)."""
+
+
+def weight_bytes(model: nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+
+
+def copy_bytes(model: nn.Module, precision: str) -> int:
+    """What `inference_copy(model, precision)` holds, from the float32 `model`: float32 is the
+    model itself; bfloat16 halves every weight; int8 (`quantize_int8`) stores each nn.Linear's
+    weight in one byte per value (two with fbgemm's packed copy) and a float32 scale per row, and
+    the embeddings keep their weights (a tied output projection unties)."""
+    dtype, quantize = PRECISIONS[precision]
+    if precision == "float32":
+        return 0
+    width = 0.5 if dtype == "bfloat16" else 1.0  # of float32's bytes
+    if quantize == "none":
+        return int(width * weight_bytes(model))
+    linears = {id(m): m for m in model.modules() if isinstance(m, nn.Linear)}.values()
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    quantized = {id(m.weight): m.weight for m in linears if id(m.weight) not in embeddings}
+    try:
+        int8_bytes = 2 if int8_route() == "fbgemm" else 1
+    except ValueError:  # no fast kernel: the benchmark's copy takes torch._int_mm's route
+        int8_bytes = 1
+    return int(
+        width * (weight_bytes(model) - sum(4 * w.numel() for w in quantized.values()))
+        + sum(m.weight.numel() * int8_bytes + 4 * m.out_features for m in linears)
+    )
+
+
+def memory_needed(models: dict, settings: BenchmarkSettings, training: bool = True) -> dict:
+    """{"decoding": bytes, "training": bytes}: at least what the run holds beside `models` while it
+    times their decoding rows (`copy_bytes` in every timed precision, and compiled steps' own
+    memory with `compile_decoding`) and while it times their training rows (Adam's two states per
+    weight and one model's gradients), activations not counted. `training=False`: decoding only."""
+    decoding = sum(
+        copy_bytes(model, precision)
+        + (
+            COMPILED_STEP_BYTES[precision] * weight_bytes(model)
+            if decoding_options(member, settings)
+            else 0
+        )
+        for member, model in models.items()
+        for precision in timed_precisions(settings)
+    )
+    needed = {"decoding": int(decoding)}
+    if training:
+        weights = [weight_bytes(model) for model in models.values()]
+        needed["training"] = 2 * sum(weights) + max(weights)
+    return needed
+
+
+def available_memory_bytes() -> int | None:
+    """The memory new allocations can get without the kernel's out-of-memory killer stepping in:
+    MemAvailable plus free swap (/proc/meminfo); None where there is no /proc/meminfo."""
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    fields = dict(re.findall(r"^(\w+):\s+(\d+) kB", meminfo, re.M))
+    return 1024 * (int(fields["MemAvailable"]) + int(fields.get("SwapFree", 0)))
+
+
+def check_memory(models: dict, settings: BenchmarkSettings, log=print, training: bool = True):
+    """Refuse, before any row runs, a run whose rows need more memory than the machine has left
+    (`memory_needed` against `available_memory_bytes`): short of memory the kernel kills the
+    process mid-run with nothing but "Killed". Logs the estimate; a CPU check only."""
+    available = available_memory_bytes()
+    if settings.device != "cpu" or not settings.memory_check or available is None:
+        return
+    needed = memory_needed(models, settings, training)
+    largest = max(needed.values())
+    log(
+        "Memory beside the models: "
+        + ", ".join(f"{rows} rows at least {size / 1e9:.1f} GB" for rows, size in needed.items())
+        + f"; {available / 1e9:.1f} GB available."
+    )
+    if largest > available:
+        rows = max(needed, key=needed.get)
+        fewer = {
+            "decoding": "fewer members (--members) or precisions (--precisions), or without "
+            "--compile_decoding",
+            "training": "fewer members (--members)",
+        }[rows]
+        raise NotEnoughMemory(
+            f"This run's {rows} rows need at least {largest / 1e9:.1f} GB of memory beside the "
+            f"models, and this machine has {available / 1e9:.1f} GB available: the kernel would "
+            f"kill it part way. Time {fewer}, or free memory; --skip_memory_check runs it anyway."
+        )
+
+
 def resident_kib(field_name: str) -> int:
     status = Path("/proc/self/status").read_text()
     return int(re.search(rf"^{field_name}:\s+(\d+) kB", status, re.M).group(1))
@@ -928,18 +1029,111 @@ def generation_rates(
     }
 
 
+def engine_tasks(engine: "EngineProcess", paths: dict, settings: BenchmarkSettings) -> dict:
+    """{(member + " (CTranslate2)", "beam4" | "greedy", precision[, SHORTLIST]): task}:
+    CTranslate2's rows, each one request to `engine`."""
+    tasks = {}
+    for member in paths:
+        for precision in ENGINE_PRECISIONS:
+            for task, beams in (("beam4", 4), ("greedy", 1)):
+                request = ((member, precision), beams, settings.new_tokens)
+                tasks[f"{member} (CTranslate2)", task, precision] = lambda r=request: (
+                    engine.request(r)
+                )
+                if settings.shortlist:
+                    tasks[f"{member} (CTranslate2)", task, precision, SHORTLIST] = (
+                        lambda r=(*request, True): engine.request(r)
+                    )
+    return tasks
+
+
+def decoding_rows(
+    size: str, models: dict, source: dict, settings: BenchmarkSettings, log=print
+) -> tuple[dict, dict, dict, list]:
+    """The decoding rows of `models` (every precision, with the shortlist, CTranslate2's), warmed up
+    then timed interleaved: (seconds, first seconds, {member: what the inference copies tell:
+    "int8_gemm_share", "shortlist_union"}, the CTranslate2 members). The inference copies live only
+    for these rows: the training rows, timed after them, hold the optimizers' state instead, so the
+    run never holds both (`memory_needed`)."""
+    untimed, extras = untimed_paths(settings), {member: {} for member in models}
+    copies = inference_copies(models, settings)
+    tasks = generation_tasks(copies, source, settings)
+    if settings.shortlist:
+        tasks.update(shortlist_tasks(copies, source, settings))
+    with tempfile.TemporaryDirectory() as directory:
+        paths = ctranslate2_models(models, settings, directory, log) if settings.ctranslate2 else {}
+        source_tokens = [[f"w{i}" for i in row] for row in source["input_ids"].tolist()]
+        engine = EngineProcess(paths, settings.threads, source_tokens) if paths else None
+        tasks.update(engine_tasks(engine, paths, settings))
+        log(f"[{size}] warm-up of the decoding rows of {len(models)} models ...")
+        first_seconds = {key: timed(task, settings.device) for key, task in tasks.items()}
+        log(
+            f"[{size}] timing {len(tasks)} decoding tasks x {settings.repeats} repeats, "
+            "interleaved ..."
+        )
+        seconds = interleaved_medians(tasks, settings.repeats, settings.device)
+        if engine:
+            engine.close()
+    precisions = timed_precisions(settings)
+    if settings.shortlist:
+        for member in models.keys() - {MARIAN}:
+            union = copies[member, precisions[0]].shortlist.candidates(source["input_ids"].cpu())
+            extras[member]["shortlist_union"] = len(union)
+    if settings.gemm_share and PROFILED_MEMBER in models and "int8_gemm_share" not in untimed:
+        log(f"[{size}] profile of {PROFILED_MEMBER}'s int8 beam-4 decoding ...")
+        # the timed int8 copy where there is one (another copy would compile its steps again)
+        profiled = (
+            copies[PROFILED_MEMBER, "int8"]
+            if (PROFILED_MEMBER, "int8") in copies
+            else inference_copy(models[PROFILED_MEMBER], "int8", settings.measure_refused)
+        )
+        extras[PROFILED_MEMBER]["int8_gemm_share"] = int8_gemm_share(
+            profiled, source, settings.new_tokens, **decoding_options(PROFILED_MEMBER, settings)
+        )
+    return seconds, first_seconds, extras, list(paths)
+
+
+def training_rows(
+    size: str, models: dict, training_batches: dict, settings: BenchmarkSettings, log=print
+) -> dict:
+    """{(member, "train<length>" | "train_bf16"): seconds}: one optimizer step of each model on each
+    batch (and under bfloat16 autocast at the headline length), warmed up then timed interleaved.
+    The optimizers (Adam's state: twice the float32 weights) live only for these rows."""
+    optimizers = {member: make_optimizer(model) for member, model in models.items()}
+    tasks = {}
+    for member, model in models.items():
+        optimizer = optimizers[member]
+        for length, batch in training_batches.items():
+            tasks[member, f"train{length}"] = lambda m=model, o=optimizer, b=batch: training_step(
+                m, o, b, settings.device
+            )
+        if settings.train_bf16 and "train_bf16" not in untimed_paths(settings):
+            batch = training_batches[settings.headline_length]
+            tasks[member, "train_bf16"] = lambda m=model, o=optimizer, b=batch: training_step(
+                m, o, b, settings.device, bf16=True
+            )
+    log(f"[{size}] warm-up of the training rows of {len(models)} models ...")
+    for task in tasks.values():
+        task()
+    log(
+        f"[{size}] timing {len(tasks)} training tasks x {settings.repeats} repeats, interleaved ..."
+    )
+    return interleaved_medians(tasks, settings.repeats, settings.device)
+
+
 def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[dict, dict]:
     """All measurements of one model size: ({member: {...}}, {engine member: {precision:
-    rates}})."""
+    rates}}). The decoding rows are timed first, then the training rows: ratios are read within
+    each, and neither's memory is held during the other."""
     device = settings.device
     members = list(settings.members or [*registered_members(), MARIAN])
     precisions, untimed = timed_precisions(settings), untimed_paths(settings)
-    models, optimizers = {}, {}
+    models = {}
     for member in members:
         torch.manual_seed(0)
         model = build_model(member, size, settings.vocab_size).to(device)
         models[member] = compiled(model) if settings.compile and member != MARIAN else model
-        optimizers[member] = make_optimizer(model)
+    check_memory(models, settings, log)
     source = to_device(
         random_batch(
             settings.generation_batch, settings.source_length, 1, settings.vocab_size, seed=1
@@ -955,45 +1149,10 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
         )
         for length in settings.lengths
     }
-    copies = inference_copies(models, settings)
-    tasks = generation_tasks(copies, source, settings)
-    if settings.shortlist:
-        tasks.update(shortlist_tasks(copies, source, settings))
-    for member in members:
-        model, optimizer = models[member], optimizers[member]
-        for length, batch in training_batches.items():
-            tasks[member, f"train{length}"] = lambda m=model, o=optimizer, b=batch: training_step(
-                m, o, b, device
-            )
-        if settings.train_bf16 and "train_bf16" not in untimed:
-            batch = training_batches[settings.headline_length]
-            tasks[member, "train_bf16"] = lambda m=model, o=optimizer, b=batch: training_step(
-                m, o, b, device, bf16=True
-            )
-    with tempfile.TemporaryDirectory() as directory:
-        paths = ctranslate2_models(models, settings, directory, log) if settings.ctranslate2 else {}
-        source_tokens = [[f"w{i}" for i in row] for row in source["input_ids"].tolist()]
-        engine = EngineProcess(paths, settings.threads, source_tokens) if paths else None
-        for member in paths:
-            for precision in ENGINE_PRECISIONS:
-                for task, beams in (("beam4", 4), ("greedy", 1)):
-                    tasks[f"{member} (CTranslate2)", task, precision] = (
-                        lambda r=((member, precision), beams, settings.new_tokens): engine.request(
-                            r
-                        )
-                    )
-                    if settings.shortlist:
-                        tasks[f"{member} (CTranslate2)", task, precision, SHORTLIST] = (
-                            lambda r=((member, precision), beams, settings.new_tokens, True): (
-                                engine.request(r)
-                            )
-                        )
-        log(f"[{size}] warm-up of {len(members)} models ...")
-        first_seconds = {key: timed(task, device) for key, task in tasks.items()}
-        log(f"[{size}] timing {len(tasks)} tasks x {settings.repeats} repeats, interleaved ...")
-        seconds = interleaved_medians(tasks, settings.repeats, device)
-        if engine:
-            engine.close()
+    seconds, first_seconds, extras, engine_members = decoding_rows(
+        size, models, source, settings, log
+    )
+    seconds.update(training_rows(size, models, training_batches, settings, log))
     results = {}
     rates = generation_rates(seconds, members, precisions, settings)
     for member in members:
@@ -1014,9 +1173,6 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
             row["generation_shortlist"] = generation_rates(
                 seconds, [member], precisions, settings, SHORTLIST
             )[member]
-            row["shortlist_union"] = len(
-                copies[member, precisions[0]].shortlist.candidates(source["input_ids"].cpu())
-            )
         for length, batch in training_batches.items():
             step = seconds[member, f"train{length}"]
             batch_size = batch["input_ids"].shape[0]
@@ -1037,38 +1193,19 @@ def benchmark_size(size: str, settings: BenchmarkSettings, log=print) -> tuple[d
                 * training_batches[settings.headline_length]["input_ids"].numel()
                 / step,
             }
-        if settings.gemm_share and member == PROFILED_MEMBER and "int8_gemm_share" not in untimed:
-            log(f"[{size}] profile of {member}'s int8 beam-4 decoding ...")
-            # the timed int8 copy where there is one (another copy would compile its steps again)
-            profiled = (
-                copies[member, "int8"]
-                if (member, "int8") in copies
-                else inference_copy(models[member], "int8", settings.measure_refused)
-            )
-            row["int8_gemm_share"] = int8_gemm_share(
-                profiled,
-                source,
-                settings.new_tokens,
-                **decoding_options(member, settings),
-            )
-        results[member] = row
-    engines = generation_rates(
-        seconds, sorted(f"{member} (CTranslate2)" for member in paths), ENGINE_PRECISIONS, settings
-    )
+        results[member] = row | extras[member]
+    engine_names = sorted(f"{member} (CTranslate2)" for member in engine_members)
+    engines = generation_rates(seconds, engine_names, ENGINE_PRECISIONS, settings)
     if settings.shortlist:
         engines.update(
             {
                 f"{member} {SHORTLIST}": rates
                 for member, rates in generation_rates(
-                    seconds,
-                    sorted(f"{member} (CTranslate2)" for member in paths),
-                    ENGINE_PRECISIONS,
-                    settings,
-                    SHORTLIST,
+                    seconds, engine_names, ENGINE_PRECISIONS, settings, SHORTLIST
                 ).items()
             }
         )
-    del models, optimizers, tasks
+    del models
     if settings.measure_memory:
         for member in members:
             log(f"[{size}] peak training memory of {member} ...")
@@ -1089,6 +1226,7 @@ def benchmark_depth_pair(settings: BenchmarkSettings, log=print) -> dict:
         models[name] = build_model(member, "base", settings.vocab_size, **layers).to(
             settings.device
         )
+    check_memory(models, settings, log, training=False)
     source = to_device(
         random_batch(
             settings.generation_batch, settings.source_length, 1, settings.vocab_size, seed=1
@@ -1898,6 +2036,7 @@ __all__ = [
     "refused_routes",
     "refused_paths",
     "run_benchmark",
+    "NotEnoughMemory",
     "check_targets",
     "format_report",
     "write_report",

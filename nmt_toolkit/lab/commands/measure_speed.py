@@ -22,6 +22,7 @@ from nmt_toolkit.cli import exit_on_error
 from nmt_toolkit.lab.speed import (
     PRECISIONS,
     BenchmarkSettings,
+    NotEnoughMemory,
     format_report,
     kept_report,
     run_benchmark,
@@ -133,6 +134,12 @@ def main(argv=None):
         "(nmt_toolkit.allocator.keep_freed_memory)",
     )
     parser.add_argument(
+        "--skip_memory_check",
+        action="store_true",
+        help="run even where the run's rows need more memory than the machine has available "
+        "(it is then likely to be killed part way)",
+    )
+    parser.add_argument(
         "--output", default="speed.json", help="JSON report path (default speed.json)"
     )
     parser.add_argument(
@@ -164,6 +171,7 @@ def main(argv=None):
         gemm_share=args.gemm_share,
         measure_refused=args.measure_refused,
         keep_freed_memory=args.keep_freed_memory,
+        memory_check=not args.skip_memory_check,
     )
     if args.quick:
         settings.sizes, settings.lengths, settings.repeats, settings.measure_memory = (
@@ -209,7 +217,7 @@ def main(argv=None):
 
 
 def run():
-    exit_on_error(main)
+    exit_on_error(main, also=(NotEnoughMemory,))
 
 
 if __name__ == "__main__":
