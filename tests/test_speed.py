@@ -124,21 +124,34 @@ def test_forced_generation_emits_the_same_number_of_tokens_for_every_model():
             assert not (sequences[:, 1:-1] == speed.EOS).any(), (member, beams)
 
 
-def test_benchmark_runs_and_writes_its_report(tmp_path):
-    settings = BenchmarkSettings(
-        sizes=("tiny",),
-        lengths=(4, 8),
-        headline_length=8,
-        token_budget=64,
-        generation_batch=2,
-        source_length=5,
-        new_tokens=3,
-        repeats=1,
-        vocab_size=VOCAB,
-        members=("dwlstm", MARIAN),
-        device="cpu",
-        peak_matmul_size=64,
+def tiny_settings(**options) -> BenchmarkSettings:
+    """A tiny run of the benchmark (dwlstm and Marian, length 8, float32 and int8, one repeat, no
+    memory probe), with `options` in place of any of these."""
+    return BenchmarkSettings(
+        **{
+            **dict(
+                sizes=("tiny",),
+                lengths=(8,),
+                headline_length=8,
+                token_budget=64,
+                generation_batch=2,
+                source_length=5,
+                new_tokens=3,
+                repeats=1,
+                vocab_size=VOCAB,
+                members=("dwlstm", MARIAN),
+                device="cpu",
+                peak_matmul_size=64,
+                measure_memory=False,
+                precisions=("float32", "int8"),
+            ),
+            **options,
+        }
     )
+
+
+def test_benchmark_runs_and_writes_its_report(tmp_path):
+    settings = tiny_settings(lengths=(4, 8), measure_memory=True, precisions=("float32",))
     report = run_benchmark(settings, log=lambda message: None)
     rows = report["sizes"]["tiny"]
     assert set(rows) == {"dwlstm", MARIAN}
@@ -169,20 +182,8 @@ def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_ch
     imitate_cpu(native_bfloat16=True)
     # the depth pair is at base
     monkeypatch.setitem(speed.SIZES, "base", dict(TINY_SIZE, decoder_layers=2))
-    settings = BenchmarkSettings(
-        sizes=("tiny",),
-        lengths=(8,),
-        headline_length=8,
-        token_budget=64,
-        generation_batch=2,
-        source_length=5,
-        new_tokens=3,
-        repeats=1,
-        vocab_size=VOCAB,
+    settings = tiny_settings(
         members=("dwlstm", "residual-prenorm", MARIAN),
-        device="cpu",
-        peak_matmul_size=64,
-        measure_memory=False,
         precisions=tuple(PRECISIONS),
         train_bf16=True,
         ctranslate2=True,
@@ -333,20 +334,8 @@ def test_paths_the_cpu_refuses_to_users_are_listed_and_timed_only_when_asked(
     calls = []
     for name in ("inference_copy", "training_step", "step_matmul_rates", "int8_gemm_share"):
         monkeypatch.setattr(speed, name, recorded(getattr(speed, name), calls))
-    settings = BenchmarkSettings(
-        sizes=("tiny",),
-        lengths=(8,),
-        headline_length=8,
-        token_budget=64,
-        generation_batch=2,
-        source_length=5,
-        new_tokens=3,
-        repeats=1,
-        vocab_size=VOCAB,
+    settings = tiny_settings(
         members=("dwlstm",),
-        device="cpu",
-        peak_matmul_size=64,
-        measure_memory=False,
         precisions=tuple(PRECISIONS),
         train_bf16=True,
         shortlist=True,
@@ -714,27 +703,6 @@ def test_the_rows_with_and_without_the_shortlist_decode_one_copy_per_model_and_p
     assert len({id(model) for model, _ in calls}) == 2
     assert {id(model) for model, _ in calls} == {id(model) for model in copies.values()}
     assert all(model.shortlist is not None for model, _ in calls)
-
-
-def tiny_settings(**options) -> BenchmarkSettings:
-    """A tiny run of the benchmark: dwlstm and Marian, float32 and int8, one repeat."""
-    return BenchmarkSettings(
-        sizes=("tiny",),
-        lengths=(8,),
-        headline_length=8,
-        token_budget=64,
-        generation_batch=2,
-        source_length=5,
-        new_tokens=3,
-        repeats=1,
-        vocab_size=VOCAB,
-        members=("dwlstm", MARIAN),
-        device="cpu",
-        peak_matmul_size=64,
-        measure_memory=False,
-        precisions=("float32", "int8"),
-        **options,
-    )
 
 
 def test_the_inference_copies_are_freed_before_the_training_rows_make_their_optimizers(

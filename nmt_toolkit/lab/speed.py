@@ -832,8 +832,10 @@ def check_memory(models: dict, settings: BenchmarkSettings, log=print, training:
     """Refuse, before any row runs, a run whose rows need more memory than the machine has left
     (`memory_needed` against `available_memory_bytes`): short of memory the kernel kills the
     process mid-run with nothing but "Killed". Logs the estimate; a CPU check only."""
+    if settings.device != "cpu" or not settings.memory_check:
+        return
     available = available_memory_bytes()
-    if settings.device != "cpu" or not settings.memory_check or available is None:
+    if available is None:
         return
     needed = memory_needed(models, settings, training)
     largest = max(needed.values())
@@ -1100,6 +1102,7 @@ def training_rows(
     batch (and under bfloat16 autocast at the headline length), warmed up then timed interleaved.
     The optimizers (Adam's state: twice the float32 weights) live only for these rows."""
     optimizers = {member: make_optimizer(model) for member, model in models.items()}
+    time_bf16 = settings.train_bf16 and "train_bf16" not in untimed_paths(settings)
     tasks = {}
     for member, model in models.items():
         optimizer = optimizers[member]
@@ -1107,7 +1110,7 @@ def training_rows(
             tasks[member, f"train{length}"] = lambda m=model, o=optimizer, b=batch: training_step(
                 m, o, b, settings.device
             )
-        if settings.train_bf16 and "train_bf16" not in untimed_paths(settings):
+        if time_bf16:
             batch = training_batches[settings.headline_length]
             tasks[member, "train_bf16"] = lambda m=model, o=optimizer, b=batch: training_step(
                 m, o, b, settings.device, bf16=True
