@@ -23,7 +23,7 @@ from transformers import (
     TextStreamer,
 )
 
-from modeling_dwlstm import building_blocks, generation_translation
+from modeling_dwlstm import building_blocks, generation_translation, precision
 from modeling_dwlstm.building_blocks import decoding_step_attention
 from modeling_dwlstm.generation_translation import (
     OUTPUT_CACHE_FIELD,
@@ -487,17 +487,48 @@ def test_bfloat16_scores_are_written_into_one_tensor_over_the_steps(monkeypatch,
     assert lean_calls == {"greedy": 2, "beam": 1}
 
 
-@pytest.mark.parametrize("route", [None, "bfloat16"])
+@pytest.mark.parametrize("route", [None, "bfloat16", "bfloat16, packed"])
 def test_the_output_projection_is_written_into_one_tensor_over_the_steps(
     route, monkeypatch, lean_calls
 ):
-    """Eager steps project the decoder's output themselves, into the same tensor at every step."""
-    model = int8_model("dwlstm", route)
+    """Eager steps project the decoder's output themselves, into the same tensor at every step;
+    with a packed bfloat16 weight, where a step has more rows than the packed product takes (here:
+    any)."""
+    model = int8_model("dwlstm", route and "bfloat16")
+    if route == "bfloat16":
+        model = prepare_for_inference(
+            eos_prone(tiny_model("dwlstm")), "bfloat16", allow_slow=True, pack_weights=False
+        )
+    elif route == "bfloat16, packed":
+        precision.pack_bfloat16_weights(model)
+        monkeypatch.setattr(precision, "PACKED_PRODUCT_MAX_ROWS", 0)
     assert model.decoding_step_projection() is model.lm_head
     assert_one_tensor_over_the_steps(
         monkeypatch, model, generation_translation.ReusedLogits, "__call__"
     )
     assert lean_calls == {"greedy": 2, "beam": 1}
+
+
+@pytest.mark.usefixtures("native_bfloat16")
+def test_a_packed_output_projection_computes_a_steps_few_rows_itself(monkeypatch):
+    """At a decoding step's few rows the loop takes the logits of the output projection's packed
+    product, and the tokens stay transformers' loop's; where oneDNN has no bfloat16 product to pack
+    for (AVX2), the model is not packed and the loop projects into its reused tensor."""
+    model = prepare_for_inference(eos_prone(tiny_model("dwlstm")), "bfloat16")
+    assert model.decoding_step_projection() is model.lm_head
+    if not precision.onednn_packing_works():
+        assert not precision.has_packed_weights(model)
+        return
+    products = []
+    original = precision.onednn_linear
+    monkeypatch.setattr(
+        precision,
+        "onednn_linear",
+        lambda input, packed, bias: products.append(packed) or original(input, packed, bias),
+    )
+    assert_same_output(*both_loops(model, num_beams=3, max_new_tokens=6))
+    head = precision.PACKED_BFLOAT16_WEIGHTS[model.lm_head][1]
+    assert sum(packed is head for packed in products) >= 2 * 6  # every step, both loops
 
 
 class OwnForward(TranslationTransformerForConditionalGeneration):

@@ -802,6 +802,61 @@ def test_a_prepared_model_is_not_prepared_again():
         prepare_for_inference(model, "bfloat16")
 
 
+@pytest.mark.parametrize("case", MEMBER_CASES + DWLSTM_CASES)
+@pytest.mark.usefixtures("native_bfloat16")
+def test_bfloat16_projections_packed_for_onednn_compute_what_nn_linear_computes(case):
+    """Where oneDNN packs bfloat16 weights (AVX-512 or AMX; not AVX2), every projection of a
+    bfloat16-prepared model is a `PackedBfloat16Projection` whose logits and beam-search tokens are
+    those of the same model unpacked, a deep copy packs its own weights and decodes the same, and
+    with gradients the product is nn.Linear's (the weight gets its gradient); where oneDNN cannot,
+    nothing is packed."""
+    model = tiny_model(case)
+    packed = prepare_for_inference(copy.deepcopy(model), "bfloat16")
+    plain = prepare_for_inference(copy.deepcopy(model), "bfloat16", pack_weights=False)
+    assert not precision.has_packed_weights(plain)
+    if not precision.onednn_packing_works():
+        assert not precision.has_packed_weights(packed)
+        return
+    assert all(
+        isinstance(module, precision.PackedBfloat16Projection)
+        for module in linear_modules(packed)
+    )
+    inputs = dict(input_ids=random_ids(3, 7), decoder_input_ids=random_ids(3, 5, seed=2))
+    with torch.no_grad():
+        torch.testing.assert_close(packed(**inputs).logits, plain(**inputs).logits)
+    search = dict(input_ids=random_ids(3, 7), num_beams=3, max_new_tokens=6, do_sample=False)
+    expected = plain.generate(**search)
+    assert torch.equal(packed.generate(**search), expected)
+    assert torch.equal(copy.deepcopy(packed).generate(**search), expected)
+    projection = linear_modules(packed)[0]
+    projection(torch.randn(2, projection.in_features, dtype=torch.bfloat16)).sum().backward()
+    assert projection.weight.grad is not None
+
+
+def test_bfloat16_projections_stay_unpacked_with_a_warning_where_onednn_cannot_pack(monkeypatch):
+    """A PyTorch whose private oneDNN operators fail (or are gone) leaves the projections unpacked
+    and says so once, instead of failing at the first decode."""
+
+    def fails(*args):
+        raise RuntimeError("bf16 path needs the cpu support avx512bw")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", fails)
+    with pytest.warns(UserWarning, match="bfloat16 projections stay unpacked .* avx512bw"):
+        assert not precision.onednn_packing_works.__wrapped__()
+
+
+@pytest.mark.usefixtures("native_bfloat16")
+def test_a_packed_output_projection_is_restricted_to_a_shortlist_like_an_unpacked_one():
+    """`output_rows` takes a packed output projection: the restricted module computes the chosen
+    columns of the full one's output."""
+    model = prepare_for_inference(tiny_model("dwlstm"), "bfloat16")
+    rows = torch.tensor([5, 1, 30])
+    restricted = precision.output_rows(model.lm_head, rows)
+    hidden = torch.randn(4, model.config.d_model, dtype=torch.bfloat16)
+    with torch.no_grad():
+        torch.testing.assert_close(restricted(hidden), model.lm_head(hidden)[:, rows])
+
+
 def test_fbgemms_product_as_a_custom_operator_is_the_eager_product():
     """What a compiled fbgemm projection calls (`fbgemm_unit_range_linear`, which torch.compile can
     trace): the same floats as the eager call, a fake implementation of the right shape

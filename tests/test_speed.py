@@ -763,7 +763,7 @@ def test_the_memory_estimate_holds_every_inference_copy(monkeypatch):
     """`memory_needed`'s decoding rows (compiled steps off) are the bytes of the copies the rows
     decode, at the small size with the papers' vocabulary (its embeddings stay float32 in int8)
     and with a small one (on torch._int_mm's route: fbgemm's packed weights are no tensors to
-    count)."""
+    count), bfloat16's packed weights included where oneDNN packs them (made at a first call)."""
     monkeypatch.setattr(precision, "int8_route", lambda features=None: "int_mm")
     monkeypatch.setattr(speed, "int8_route", lambda features=None: "int_mm")
     settings = BenchmarkSettings(precisions=tuple(PRECISIONS), measure_refused=True)
@@ -771,9 +771,18 @@ def test_the_memory_estimate_holds_every_inference_copy(monkeypatch):
         models = {member: build_model(member, "small", vocabulary)}
         copies = speed.inference_copies(models, settings)
         for (_, name), copy in copies.items():
+            with torch.no_grad():
+                copy(**random_batch(1, 3, 2, vocabulary))
+            packed = [
+                precision.PACKED_BFLOAT16_WEIGHTS[module][1]
+                for module in copy.modules()
+                if module in precision.PACKED_BFLOAT16_WEIGHTS
+            ]
+            held = speed.weight_bytes(copy) + sum(t.numel() * t.element_size() for t in packed)
             assert speed.copy_bytes(models[member], name) == pytest.approx(
-                0 if name == "float32" else speed.weight_bytes(copy), rel=0.001
+                0 if name == "float32" else held, rel=0.001
             ), (member, vocabulary, name)
+            assert bool(packed) == (name == "bfloat16" and precision.packs_bfloat16_weights())
         estimate = speed.memory_needed(models, settings)
         assert estimate["decoding"] == sum(
             speed.copy_bytes(models[member], name) for name in PRECISIONS

@@ -60,6 +60,7 @@ from modeling_dwlstm.precision import (
     cpu_features,
     cpuinfo,
     int8_route,
+    packs_bfloat16_weights,
     prepare_for_inference,
     quantize_int8,
 )
@@ -773,16 +774,19 @@ def weight_bytes(model: nn.Module) -> int:
 
 def copy_bytes(model: nn.Module, precision: str) -> int:
     """What `inference_copy(model, precision)` holds, from the float32 `model`: float32 is the
-    model itself; bfloat16 halves every weight; int8 (`quantize_int8`) stores each nn.Linear's
-    weight in one byte per value (two with fbgemm's packed copy) and a float32 scale per row, and
-    the embeddings keep their weights (a tied output projection unties)."""
+    model itself; bfloat16 halves every weight, and where it packs them (`packs_bfloat16_weights`)
+    holds each nn.Linear's weight again in oneDNN's layout once it has decoded; int8
+    (`quantize_int8`) stores each nn.Linear's weight in one byte per value (two with fbgemm's packed
+    copy) and a float32 scale per row, and the embeddings keep their weights (a tied output
+    projection unties)."""
     dtype, quantize = PRECISIONS[precision]
     if precision == "float32":
         return 0
     width = 0.5 if dtype == "bfloat16" else 1.0  # of float32's bytes
-    if quantize == "none":
-        return int(width * weight_bytes(model))
     linears = {id(m): m for m in model.modules() if isinstance(m, nn.Linear)}.values()
+    if quantize == "none":
+        packed = sum(2 * m.weight.numel() for m in linears) if packs_bfloat16_weights() else 0
+        return int(width * weight_bytes(model)) + packed
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     quantized = {id(m.weight): m.weight for m in linears if id(m.weight) not in embeddings}
     try:
