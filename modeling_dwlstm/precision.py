@@ -152,8 +152,8 @@ CPU_CLASSES = (
         lambda cpu: cpu.matrix_tiles and cpu.native_bfloat16 and cpu.int8_dot_products,
         "bfloat16",
         "Xeon with AMX-BF16/INT8, AVX-512 BF16 and VNNI, 2 threads, quiet, three runs: bfloat16 "
-        "beam 4 1.90-2.09x, greedy 1.98-2.12x float32's speed; int8 1.56-1.64x / 1.72-1.97x; "
-        "bfloat16+int8 1.31-1.52x / 1.58-1.72x",
+        "(packed weights) beam 4 2.05-2.19x, greedy 1.73-2.32x float32's speed; int8 1.56-1.62x / "
+        "1.75-1.93x; bfloat16+int8 1.37-1.48x / 1.67-1.77x",
     ),
     CpuClass(
         "AVX-512 VNNI",
@@ -404,9 +404,9 @@ def rescaled(output: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | Non
     return torch.addcmul(bias, output, scale, out=output)
 
 
-# Up to this many rows (tokens x beams) the packed weight's product is the faster: a base
-# depth-wise LSTM's bfloat16 decode on the AMX machine gained 1.10-1.25x at 128 rows and 1.09x at
-# 256 with every projection packed, and lost at 1,024 (0.91x) and 800 rows (0.99x).
+# Up to this many rows (tokens x beams) the packed weight's product is used: on the AMX machine a
+# base depth-wise LSTM's bfloat16 decode gained 1.07x (beam 4, 128 rows) and 1.11x (greedy, 32 and
+# 256 rows) with it, and nothing at 1,024 rows (0.97-0.98x).
 PACKED_PRODUCT_MAX_ROWS = 256
 
 

@@ -1,0 +1,66 @@
+"""Compiled decoding steps with inductor's `freezing` (weights constant-folded and packed inside the
+graph) against compiled steps without it and eager steps: a base-size random depth-wise LSTM, 32
+sources of 20 tokens, 24 forced new tokens, beam 4 and greedy, interleaved medians; the first
+decode of each (the compile) printed, and the tokens compared with eager's.
+
+    PYTHONPATH=. python experiments/speed/round-four/compiled_freezing_ab.py --precision bfloat16
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+from transformers import CompileConfig
+
+from nmt_toolkit.lab.speed import build_model, generate_forced, inference_copy, random_batch
+
+OPTIONS = {
+    "eager": None,
+    "compiled": CompileConfig(dynamic=None, mode="default"),
+    "compiled, freezing": CompileConfig(dynamic=None, mode=None, options={"freezing": True}),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--precision", default="bfloat16")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = build_model("dwlstm", "base").eval()
+    batch = random_batch(32, 20, 24, model.config.vocab_size)
+    copies = {name: inference_copy(model, args.precision) for name in OPTIONS}
+
+    def run(name, beams):
+        config = OPTIONS[name]
+        options = {} if config is None else {"compile_decoding": True, "compile_config": config}
+        return generate_forced(copies[name], batch, beams, 24, "cpu", **options)
+
+    outputs = {}
+    for name in OPTIONS:
+        for beams in (4, 1):
+            start = time.perf_counter()
+            outputs[name, beams] = run(name, beams)
+            print(f"{name} beam {beams}: first decode {time.perf_counter() - start:.1f} s")
+    for name in OPTIONS:
+        for beams in (4, 1):
+            differ = (outputs[name, beams] != outputs["eager", beams]).any(-1).float().mean()
+            print(f"{name} beam {beams}: {differ.item():.0%} of the sentences differ from eager")
+    times = {}
+    for repeat in range(args.repeats):
+        for beams in (4, 1):
+            for name in list(OPTIONS) if repeat % 2 == 0 else list(reversed(OPTIONS)):
+                start = time.perf_counter()
+                run(name, beams)
+                times.setdefault((beams, name), []).append(time.perf_counter() - start)
+    for (beams, name), seconds in sorted(times.items()):
+        eager = statistics.median(times[beams, "eager"])
+        median = statistics.median(seconds)
+        print(f"beam {beams} {name}: median {median:.3f} s, speed {eager / median:.2f}x eager")
+
+
+if __name__ == "__main__":
+    main()
