@@ -416,8 +416,8 @@ class PackedBfloat16Projection:
     oneDNN's blocked layout, made at the module's first call, for inputs of up to
     `PACKED_PRODUCT_MAX_ROWS` rows (a decoding step's), where PyTorch's product reorders W at every
     call. The parameter stays the module's weight (saved, tied, and the one used with gradients,
-    under torch.compile and for more rows); as for int8, a prepared model's weights are fixed: a
-    weight changed in place afterwards is not packed again (a new weight tensor is)."""
+    under torch.compile and for more rows); a weight changed afterwards (a new tensor, or
+    `load_state_dict`) is packed again at the next call, one written through `.data` is not."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if not takes_packed_product(self, input):
@@ -438,19 +438,30 @@ def takes_packed_product(module: nn.Linear, input: torch.Tensor) -> bool:
     )
 
 
-# module -> (the data pointer of the weight it was packed from, the packed weight): kept beside the
-# module, not in it, because a packed tensor cannot be deep-copied (a copy packs its own)
+# module -> (which weight it was packed from, the packed weight): kept beside the module, not in
+# it, because a packed tensor cannot be deep-copied (a copy packs its own)
 PACKED_BFLOAT16_WEIGHTS = weakref.WeakKeyDictionary()
 
 
+def weight_state(weight: torch.Tensor) -> tuple:
+    """What changes when a weight does: its memory, and the version count that in-place writes
+    through autograd's view raise (`load_state_dict`, `weight.copy_`); writes through `.data` do
+    not raise it, and a tensor made under torch.inference_mode has none."""
+    try:
+        version = weight._version
+    except (AttributeError, RuntimeError):
+        version = None
+    return weight.data_ptr(), version
+
+
 def packed_weight(module: nn.Linear) -> torch.Tensor:
-    """`module.weight` in oneDNN's blocked layout, packed at the first call and again for a new
-    weight tensor."""
-    pointer, packed = PACKED_BFLOAT16_WEIGHTS.get(module, (None, None))
-    if pointer != module.weight.data_ptr():
-        pointer = module.weight.data_ptr()
+    """`module.weight` in oneDNN's blocked layout, packed at the first call and again after the
+    weight changed (`weight_state`)."""
+    state, packed = PACKED_BFLOAT16_WEIGHTS.get(module, (None, None))
+    if state != weight_state(module.weight):
+        state = weight_state(module.weight)
         packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), None)
-        PACKED_BFLOAT16_WEIGHTS[module] = (pointer, packed)
+        PACKED_BFLOAT16_WEIGHTS[module] = (state, packed)
     return packed
 
 

@@ -808,8 +808,8 @@ def test_bfloat16_projections_packed_for_onednn_compute_what_nn_linear_computes(
     """Where oneDNN packs bfloat16 weights (AVX-512 or AMX; not AVX2), every projection of a
     bfloat16-prepared model is a `PackedBfloat16Projection` whose logits and beam-search tokens are
     those of the same model unpacked, a deep copy packs its own weights and decodes the same, and
-    with gradients the product is nn.Linear's (the weight gets its gradient); where oneDNN cannot,
-    nothing is packed."""
+    weights loaded into it afterwards are packed again, with gradients the product is nn.Linear's
+    (the weight gets its gradient); where oneDNN cannot, nothing is packed."""
     model = tiny_model(case)
     packed = prepare_for_inference(copy.deepcopy(model), "bfloat16")
     plain = prepare_for_inference(copy.deepcopy(model), "bfloat16", pack_weights=False)
@@ -828,6 +828,11 @@ def test_bfloat16_projections_packed_for_onednn_compute_what_nn_linear_computes(
     expected = plain.generate(**search)
     assert torch.equal(packed.generate(**search), expected)
     assert torch.equal(copy.deepcopy(packed).generate(**search), expected)
+    other = tiny_model(case, seed=1).to(torch.bfloat16).state_dict()
+    packed.load_state_dict(other)  # new weights written in place: packed again
+    plain.load_state_dict(other)
+    with torch.no_grad():
+        torch.testing.assert_close(packed(**inputs).logits, plain(**inputs).logits)
     projection = linear_modules(packed)[0]
     projection(torch.randn(2, projection.in_features, dtype=torch.bfloat16)).sum().backward()
     assert projection.weight.grad is not None
