@@ -35,6 +35,7 @@ from nmt_toolkit import training
 from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer
 from nmt_toolkit.evaluation import EvaluationArguments
 from nmt_toolkit.files import write_checksums
+from nmt_toolkit.lab.speed import MARIAN, BenchmarkSettings
 from nmt_toolkit.training import DataArguments, ModelArguments, TranslationTrainingArguments
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
@@ -536,4 +537,31 @@ def run_script_file(name: str, *args: str) -> subprocess.CompletedProcess:
         text=True,
         env=environment,
         timeout=300,
+    )
+
+
+def tiny_benchmark_settings(vocab_size: int, **options) -> BenchmarkSettings:
+    """A tiny run of the benchmark at the size its test module registers as "tiny" (dwlstm and
+    Marian, length 8, float32 and int8, one repeat, no memory probe), with `options` in place of
+    any of these."""
+    return BenchmarkSettings(
+        **{
+            **dict(
+                sizes=("tiny",),
+                lengths=(8,),
+                headline_length=8,
+                token_budget=64,
+                generation_batch=2,
+                source_length=5,
+                new_tokens=3,
+                repeats=1,
+                vocab_size=vocab_size,
+                members=("dwlstm", MARIAN),
+                device="cpu",
+                peak_matmul_size=64,
+                measure_memory=False,
+                precisions=("float32", "int8"),
+            ),
+            **options,
+        }
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 import ctranslate2
 import pytest
 import torch
-from conftest import run_script
+from conftest import run_script, tiny_benchmark_settings
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
 from modeling_dwlstm import DwLstmConfig, ResidualTransformerConfig, generation_translation
@@ -262,24 +262,7 @@ def test_the_benchmark_decodes_with_the_same_shortlist_on_both_sides(monkeypatch
         dict(d_model=16, encoder_layers=2, decoder_layers=2, heads=4, ffn_dim=24),
     )
     monkeypatch.setattr(speed, "SHORTLIST_FREQUENT", 5)
-    settings = speed.BenchmarkSettings(
-        sizes=("tiny",),
-        lengths=(8,),
-        headline_length=8,
-        token_budget=64,
-        generation_batch=2,
-        source_length=5,
-        new_tokens=3,
-        repeats=1,
-        vocab_size=200,
-        members=("dwlstm", speed.MARIAN),
-        device="cpu",
-        peak_matmul_size=64,
-        measure_memory=False,
-        precisions=("float32", "int8"),
-        ctranslate2=True,
-        shortlist=True,
-    )
+    settings = tiny_benchmark_settings(200, ctranslate2=True, shortlist=True)
     report = speed.run_benchmark(settings, log=lambda message: None)
     row, engines = report["sizes"]["tiny"]["dwlstm"], report["engines"]["tiny"]
     assert set(row["generation_shortlist"]) == {"float32", "int8"} and row["shortlist_union"] < 200

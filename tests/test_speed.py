@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_script
+from conftest import run_script, tiny_benchmark_settings
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -124,34 +124,10 @@ def test_forced_generation_emits_the_same_number_of_tokens_for_every_model():
             assert not (sequences[:, 1:-1] == speed.EOS).any(), (member, beams)
 
 
-def tiny_settings(**options) -> BenchmarkSettings:
-    """A tiny run of the benchmark (dwlstm and Marian, length 8, float32 and int8, one repeat, no
-    memory probe), with `options` in place of any of these."""
-    return BenchmarkSettings(
-        **{
-            **dict(
-                sizes=("tiny",),
-                lengths=(8,),
-                headline_length=8,
-                token_budget=64,
-                generation_batch=2,
-                source_length=5,
-                new_tokens=3,
-                repeats=1,
-                vocab_size=VOCAB,
-                members=("dwlstm", MARIAN),
-                device="cpu",
-                peak_matmul_size=64,
-                measure_memory=False,
-                precisions=("float32", "int8"),
-            ),
-            **options,
-        }
-    )
-
-
 def test_benchmark_runs_and_writes_its_report(tmp_path):
-    settings = tiny_settings(lengths=(4, 8), measure_memory=True, precisions=("float32",))
+    settings = tiny_benchmark_settings(
+        VOCAB, lengths=(4, 8), measure_memory=True, precisions=("float32",)
+    )
     report = run_benchmark(settings, log=lambda message: None)
     rows = report["sizes"]["tiny"]
     assert set(rows) == {"dwlstm", MARIAN}
@@ -182,7 +158,8 @@ def test_precisions_engines_bf16_training_and_the_depth_pair_are_measured_and_ch
     imitate_cpu(native_bfloat16=True)
     # the depth pair is at base
     monkeypatch.setitem(speed.SIZES, "base", dict(TINY_SIZE, decoder_layers=2))
-    settings = tiny_settings(
+    settings = tiny_benchmark_settings(
+        VOCAB,
         members=("dwlstm", "residual-prenorm", MARIAN),
         precisions=tuple(PRECISIONS),
         train_bf16=True,
@@ -334,7 +311,8 @@ def test_paths_the_cpu_refuses_to_users_are_listed_and_timed_only_when_asked(
     calls = []
     for name in ("inference_copy", "training_step", "step_matmul_rates", "int8_gemm_share"):
         monkeypatch.setattr(speed, name, recorded(getattr(speed, name), calls))
-    settings = tiny_settings(
+    settings = tiny_benchmark_settings(
+        VOCAB,
         members=("dwlstm",),
         precisions=tuple(PRECISIONS),
         train_bf16=True,
@@ -726,7 +704,7 @@ def test_the_inference_copies_are_freed_before_the_training_rows_make_their_opti
 
     monkeypatch.setattr(speed, "inference_copies", inference_copies)
     monkeypatch.setattr(speed, "make_optimizer", make_optimizer)
-    rows = run_benchmark(tiny_settings(), log=lambda message: None)["sizes"]["tiny"]
+    rows = run_benchmark(tiny_benchmark_settings(VOCAB), log=lambda message: None)["sizes"]["tiny"]
     assert len(copies) == 2 and alive_at_training == [0, 0]
     assert all(
         row["generation"]["int8"]["beam4"] > 0 and row["train"][8]["step_s"] > 0
@@ -746,10 +724,11 @@ def test_a_run_short_of_memory_is_refused_before_any_row_runs(monkeypatch, capsy
     with pytest.raises(
         speed.NotEnoughMemory, match=r"training rows need at least .* \(--members\)"
     ):
-        run_benchmark(tiny_settings(), log=lines.append)
+        run_benchmark(tiny_benchmark_settings(VOCAB), log=lines.append)
     assert ran == [] and lines[-1].endswith("; 0.0 GB available.")
     speed.check_memory(
-        {"dwlstm": build_model("dwlstm", "tiny", VOCAB)}, tiny_settings(memory_check=False)
+        {"dwlstm": build_model("dwlstm", "tiny", VOCAB)},
+        tiny_benchmark_settings(VOCAB, memory_check=False),
     )
     # the command: an error line and exit code 1, no traceback
     monkeypatch.setattr(sys, "argv", ["measure_speed", "--quick", "--members", "dwlstm"])
