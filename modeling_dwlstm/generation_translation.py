@@ -908,16 +908,16 @@ class ReusedLogits:
     18 MB at a 35k vocabulary). The loop keeps no step's logits past that step."""
 
     def __init__(self, projection: torch.nn.Linear):
-        self.projection, self.weight, self.tensor = projection, projection.weight, None
+        self.projection, self.tensor = projection, None
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, V)
         if isinstance(self.projection, PackedBfloat16Projection) and takes_packed_product(
             self.projection, hidden
         ):
             return self.projection(hidden)
-        shape = (hidden.shape[0], self.weight.shape[0])
+        shape = (hidden.shape[0], self.projection.weight.shape[0])
         self.tensor = step_tensor(self.tensor, shape, hidden.dtype, hidden.device)
-        return torch.mm(hidden, self.weight.t(), out=self.tensor)
+        return torch.mm(hidden, self.projection.weight.t(), out=self.tensor)
 
 
 class ScoresBuffer:
