@@ -7,13 +7,20 @@ decode of each (the compile) printed, and the tokens compared with eager's.
 """
 
 import argparse
+import functools
 import statistics
 import time
 
 import torch
 from transformers import CompileConfig
 
-from nmt_toolkit.lab.speed import build_model, generate_forced, inference_copy, random_batch
+from nmt_toolkit.lab.speed import (
+    build_model,
+    generate_forced,
+    inference_copy,
+    interleaved_times,
+    random_batch,
+)
 
 OPTIONS = {
     "eager": None,
@@ -49,13 +56,10 @@ def main():
         for beams in (4, 1):
             differ = (outputs[name, beams] != outputs["eager", beams]).any(-1).float().mean()
             print(f"{name} beam {beams}: {differ.item():.0%} of the sentences differ from eager")
-    times = {}
-    for repeat in range(args.repeats):
-        for beams in (4, 1):
-            for name in list(OPTIONS) if repeat % 2 == 0 else list(reversed(OPTIONS)):
-                start = time.perf_counter()
-                run(name, beams)
-                times.setdefault((beams, name), []).append(time.perf_counter() - start)
+    tasks = {
+        (beams, name): functools.partial(run, name, beams) for beams in (4, 1) for name in OPTIONS
+    }
+    times = interleaved_times(tasks, args.repeats, "cpu")
     for (beams, name), seconds in sorted(times.items()):
         eager = statistics.median(times[beams, "eager"])
         median = statistics.median(seconds)

@@ -7,7 +7,8 @@ vocabulary) and 128 / 512 / 4096 rows, plain, packed, and float32, best of many 
     PYTHONPATH=. python experiments/speed/round-four/packed_weights_ab.py products
 
 `decode`: a base-size random depth-wise LSTM in bfloat16, `--sentences` sources of 20 tokens, 24
-forced new tokens, beam 4 and greedy, interleaved medians of `--repeats`; four copies: unpacked
+forced new tokens, beam 4 and greedy, interleaved medians of `--repeats` (`interleaved_times`:
+the order rotated each repetition); four copies: unpacked
 (`pack_weights=False`), packed as `prepare_for_inference` packs (up to PACKED_PRODUCT_MAX_ROWS
 rows), packed at every row count, and packed except the output projection. The tokens of each are
 compared with the unpacked copy's:
@@ -18,6 +19,7 @@ compared with the unpacked copy's:
 
 import argparse
 import copy
+import functools
 import math
 import statistics
 import time
@@ -27,7 +29,13 @@ import torch.nn.functional as F
 
 from modeling_dwlstm import precision
 from modeling_dwlstm.precision import OUTPUT_PROJECTION, prepare_for_inference
-from nmt_toolkit.lab.speed import build_model, cpu_identity, generate_forced, random_batch
+from nmt_toolkit.lab.speed import (
+    build_model,
+    cpu_identity,
+    generate_forced,
+    interleaved_times,
+    random_batch,
+)
 
 # (inner, outer) of the base model's products: attention, feed-forward in and out, the vocabulary
 SHAPES = [(512, 512), (512, 2048), (2048, 512), (512, 32000)]
@@ -111,14 +119,10 @@ def decode(args):
         for name in copies:
             differ = (run(name, beams) != expected).any(-1).float().mean().item()
             print(f"beam {beams} {name}: {differ:.0%} of the sentences differ from unpacked")
-    times = {}
-    for repeat in range(args.repeats):
-        for beams in (4, 1):
-            order = list(copies) if repeat % 2 == 0 else list(reversed(copies))
-            for name in order:
-                start = time.perf_counter()
-                run(name, beams)
-                times.setdefault((beams, name), []).append(time.perf_counter() - start)
+    tasks = {
+        (beams, name): functools.partial(run, name, beams) for beams in (4, 1) for name in copies
+    }
+    times = interleaved_times(tasks, args.repeats, "cpu")
     for (beams, name), seconds in sorted(times.items()):
         base = statistics.median(times[beams, "unpacked"])
         median = statistics.median(seconds)
