@@ -543,6 +543,25 @@ def test_a_cpu_with_int8_dot_products_has_its_own_minimums():
         )
 
 
+@pytest.mark.parametrize("matmul_ratio, out_of_reach", [(3.07, True), (6.9, False)])
+def test_a_bf16_training_floor_above_the_products_own_gain_is_called_out_of_reach(
+    matmul_ratio, out_of_reach
+):
+    """Where the bf16 / fp32 matmul rate at the step's shapes is below the 4x floor (AVX-512 BF16
+    without AMX: about 3x), no step can meet it: the row says so beside its verdict."""
+    report = hand_made_report(0.5)
+    report["step_matmul_rates"]["base"]["bfloat16_over_float32"] = matmul_ratio
+    checks = check_targets(report, BenchmarkSettings(sizes=("base",), lengths=(64,)))
+    bf16 = [check for check in checks if check["target"].startswith("bf16 vs fp32 training")]
+    assert len(bf16) == 3 and all(check["verdict"] == "missed" for check in bf16)
+    assert all(
+        ("out of reach on this CPU: the products alone gain 3.07x" in check["compared"])
+        == out_of_reach
+        for check in bf16
+    )
+    assert all(check["minimum"] == pytest.approx(max(0.9 * matmul_ratio, 4)) for check in bf16)
+
+
 def test_bfloat16_targets_are_refused_where_the_cpu_refuses_bfloat16():
     """Without native bfloat16, its decoding and bf16 training rows say refused rather than missed,
     and the fastest path users are offered leaves bfloat16 out even where it measured fastest."""

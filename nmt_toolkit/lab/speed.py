@@ -1657,8 +1657,8 @@ def check_gemm_share(name: str, options: dict, measured: Measured) -> list[dict]
 def check_bf16_training(name: str, options: dict, measured: Measured) -> list[dict]:
     """Each member's bf16 / fp32 training tokens/s against a share of the bf16 / fp32 matmul rate
     measured at the step's shapes in the same run (`step_matmul_rates`), and at least
-    `options["minimum"]`; refused, without a ratio or a minimum, where the run did not time bf16
-    training because this CPU refuses it."""
+    `options["minimum"]` (said to be out of reach where that rate is below it); refused, without a
+    ratio or a minimum, where the run did not time bf16 training because this CPU refuses it."""
     if "train_bf16" in measured.untimed:
         return [
             target_row(
@@ -1675,6 +1675,13 @@ def check_bf16_training(name: str, options: dict, measured: Measured) -> list[di
     if not matmul:
         return []
     share, matmul_ratio = options["share_of_matmul_ratio"], matmul["bfloat16_over_float32"]
+    # where the products alone gain less than the floor, no step can reach it: say so beside the
+    # verdict rather than leave a bare "missed"
+    beyond = (
+        f"; out of reach on this CPU: the products alone gain {matmul_ratio:.2f}x"
+        if matmul_ratio < options["minimum"]
+        else ""
+    )
     checks = []
     for member, row in measured.rows.items():
         if "train_bf16" in row and row["train_bf16"]["length"] in row["train"]:
@@ -1687,7 +1694,7 @@ def check_bf16_training(name: str, options: dict, measured: Measured) -> list[di
                     max(share * matmul_ratio, options["minimum"]),
                     f"{member} bf16 autocast / float32 tokens/s; needed: {share} x the bf16 / "
                     f"fp32 matmul rate at the step's shapes ({matmul_ratio:.2f}x), at least "
-                    f"{options['minimum']:g}x",
+                    f"{options['minimum']:g}x{beyond}",
                     measured.bfloat16_refused,
                 )
             )
