@@ -23,7 +23,7 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import random_ids, tiny_config, tiny_model
+from conftest import random_ids, tiny_benchmark_settings, tiny_config, tiny_model
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoModelForSeq2SeqLM, TrainerCallback, pipeline
 
@@ -31,7 +31,7 @@ from modeling_dwlstm import loss as fused_loss
 from modeling_dwlstm.loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
 from nmt_toolkit.lab import speed
-from nmt_toolkit.lab.speed import MARIAN, BenchmarkSettings, run_benchmark
+from nmt_toolkit.lab.speed import MARIAN, run_benchmark
 from nmt_toolkit.training import (
     DataArguments,
     ModelArguments,
@@ -319,19 +319,13 @@ def test_the_benchmarks_gpu_rows(monkeypatch, tmp_path):
         "tiny",
         dict(d_model=16, encoder_layers=2, decoder_layers=3, heads=4, ffn_dim=24),
     )
-    settings = BenchmarkSettings(
-        sizes=("tiny",),
+    settings = tiny_benchmark_settings(
+        40,
         lengths=(4, 8),
-        headline_length=8,
-        token_budget=64,
-        generation_batch=2,
-        source_length=5,
-        new_tokens=3,
-        repeats=1,
-        vocab_size=40,
-        members=("dwlstm", MARIAN),
         device=DEVICE,
         peak_matmul_size=256,
+        measure_memory=True,
+        precisions=("float32",),
     )
     report = run_benchmark(settings, log=lambda message: None)
     rows, machine = report["sizes"]["tiny"], report["machine"]

@@ -10,14 +10,20 @@ memory (the variables `nmt_toolkit.allocator.keep_freed_memory` stands for), alt
     done
 """
 
+import functools
 import os
 import statistics
 import sys
-import time
 
 import torch
 
-from nmt_toolkit.lab.speed import build_model, generate_forced, inference_copy, random_batch
+from nmt_toolkit.lab.speed import (
+    build_model,
+    generate_forced,
+    inference_copy,
+    random_batch,
+    timed,
+)
 
 
 def main():
@@ -30,12 +36,9 @@ def main():
     del model
     medians = []
     for beams in (4, 1):
-        generate_forced(copy, batch, beams, 24, "cpu")  # warm-up
-        seconds = []
-        for _ in range(5):
-            start = time.perf_counter()
-            generate_forced(copy, batch, beams, 24, "cpu")
-            seconds.append(time.perf_counter() - start)
+        decode = functools.partial(generate_forced, copy, batch, beams, 24, "cpu")
+        decode()  # warm-up
+        seconds = [timed(decode, "cpu") for _ in range(5)]
         medians.append(f"beam {beams} median {statistics.median(seconds):.3f} s")
     allocator = "kept" if os.environ.get("MALLOC_MMAP_THRESHOLD_") else "plain"
     print(f"{precision} {allocator}: " + "; ".join(medians), flush=True)
