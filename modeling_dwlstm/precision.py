@@ -458,9 +458,9 @@ def weight_state(weight: torch.Tensor) -> tuple:
 def packed_weight(module: nn.Linear) -> torch.Tensor:
     """`module.weight` in oneDNN's blocked layout, packed at the first call and again after the
     weight changed (`weight_state`)."""
-    state, packed = PACKED_BFLOAT16_WEIGHTS.get(module, (None, None))
-    if state != weight_state(module.weight):
-        state = weight_state(module.weight)
+    packed_from, packed = PACKED_BFLOAT16_WEIGHTS.get(module, (None, None))
+    state = weight_state(module.weight)
+    if packed_from != state:
         packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), None)
         PACKED_BFLOAT16_WEIGHTS[module] = (state, packed)
     return packed
