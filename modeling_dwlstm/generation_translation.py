@@ -26,11 +26,12 @@ scores at each step:
     cache: keys and values copied every step           copied only when a beam moved; a static cache in place,
     (a static cache over its whole length)             over the positions filled so far
 
-With an int8 output projection the scores are its float32 output, which this loop owns as well (the
-int32 sums rescaled once on the `torch._int_mm` route, `precision.Int8Projection`; fbgemm's own
-float32 output on the other, `precision.FbgemmInt8Projection`), and the log-softmax runs in place
-over them. bfloat16 logits are converted to float32 once, as transformers' loop converts them, into
-one float32 tensor that every step writes over (`ScoresBuffer`).
+With an int8 output projection the scores are its float32 output, which this loop owns as well (on
+the `torch._int_mm` route, `precision.Int8Projection`, the int32 sums and their rescaling written
+into two tensors every eager step writes over; fbgemm's own float32 output on the other,
+`precision.FbgemmInt8Projection`), and the log-softmax runs in place over them. bfloat16 logits
+are converted to float32 once, as transformers' loop converts them, into one float32 tensor that
+every step writes over (`ScoresBuffer`).
 
 What this loop does not implement runs in transformers' loop, never ignored (`lean_refusal` says
 why): sampling and the other search methods, streamers, synchronised GPUs, assisted decoding,
@@ -96,6 +97,7 @@ from transformers.generation.logits_process import (
 from transformers.utils import cached_file, logging
 
 from .precision import (
+    Int8Projection,
     PackedBfloat16Projection,
     output_rows,
     register_packed_weights,
@@ -905,10 +907,12 @@ class ReusedLogits:
     computes (`torch.mm`), without a new tensor per step, which glibc serves with fresh pages where
     it passes 32 MB (65 MB in bfloat16 at 1,024 rows of a 32k vocabulary). A projection with a
     packed bfloat16 weight computes the few rows it takes itself (`takes_packed_product`: at most
-    18 MB at a 35k vocabulary). The loop keeps no step's logits past that step."""
+    18 MB at a 35k vocabulary). An int8 projection (`Int8Projection`) writes its int32 sums and
+    their float32 rescaling into two such tensors. The loop keeps no step's logits past that
+    step."""
 
     def __init__(self, projection: torch.nn.Linear):
-        self.projection, self.tensor = projection, None
+        self.projection, self.tensor, self.sums = projection, None, None
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, V)
         if isinstance(self.projection, PackedBfloat16Projection) and takes_packed_product(
@@ -916,6 +920,11 @@ class ReusedLogits:
         ):
             return self.projection(hidden)
         shape = (hidden.shape[0], self.projection.weight.shape[0])
+        if isinstance(self.projection, Int8Projection):
+            self.sums = step_tensor(self.sums, shape, torch.int32, hidden.device)
+            self.tensor = step_tensor(self.tensor, shape, torch.float32, hidden.device)
+            logits = self.projection.rows_product(hidden, sums=self.sums, out=self.tensor)
+            return logits.to(hidden.dtype)  # as its forward returns them: bfloat16 rounds
         self.tensor = step_tensor(self.tensor, shape, hidden.dtype, hidden.device)
         return torch.mm(hidden, self.projection.weight.t(), out=self.tensor)
 

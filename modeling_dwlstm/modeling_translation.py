@@ -41,7 +41,7 @@ from .generation_translation import SHORTLIST_FILE, Shortlist, load_shortlist, t
 from .language_aware import make_language_transform, make_layer_norm, make_target_language
 from .lora import LoraReachCheck
 from .loss import IGNORE_INDEX, linear_label_smoothed_cross_entropy
-from .precision import has_quantized_projections, packed_class
+from .precision import has_quantized_projections, int8_class, packed_class
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
@@ -673,15 +673,17 @@ class TranslationTransformerForConditionalGeneration(
 
     def decoding_step_projection(self) -> nn.Linear | None:
         """The output projection, where a decoding loop may apply it to `self.model`'s output itself
-        (into a tensor it reuses from step to step) and get this forward's logits: a bias-free
-        nn.Linear (its weight packed for bfloat16 or not), and this class's forward, called as it
-        is. None where that would skip something: a subclass's own forward, a forward replaced or
-        hooked on the model or the projection (accelerate's hooks, `register_forward_hook`),
-        another kind of projection (int8, LoRA)."""
+        (into tensors it reuses from step to step) and get this forward's logits: a bias-free
+        nn.Linear (its weight packed for bfloat16, or int8 on the `torch._int_mm` route, or
+        neither), and this class's forward, called as it is. None where that would skip something:
+        a subclass's own forward, a forward replaced or hooked on the model or the projection
+        (accelerate's hooks, `register_forward_hook`), another kind of projection (fbgemm's int8,
+        whose output is its own new tensor; LoRA)."""
         projection = self.lm_head
         if (
             type(self).forward is not TranslationTransformerForConditionalGeneration.forward
-            or type(projection) not in (nn.Linear, packed_class(nn.Linear))
+            or type(projection)
+            not in (nn.Linear, packed_class(nn.Linear), int8_class(nn.Linear, "int_mm"))
             or projection.bias is not None
             or forward_replaced_or_hooked(self)
             or forward_replaced_or_hooked(projection)

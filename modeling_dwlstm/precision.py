@@ -322,6 +322,17 @@ class Int8Projection:
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         rows = input.reshape(-1, self.in_features)  # (N, in)
+        return self.rows_product(rows).to(input.dtype).unflatten(0, input.shape[:-1])
+
+    def rows_product(
+        self,
+        rows: torch.Tensor,
+        sums: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """y above for `rows` (N, in): float32 (N, out). `sums` (int32) and `out` (float32), both
+        (N, out), take the int32 product and y where given: a decoding loop's tensors, reused from
+        step to step (`generation_translation.ReusedLogits`)."""
         scale = (
             rows.abs().amax(dim=1, keepdim=True).float().clamp_(min=SMALLEST_SCALE)
             / self.activation_range
@@ -329,8 +340,8 @@ class Int8Projection:
         quantized = (rows / scale).round_().to(torch.int8)  # (N, in)
         # The int32 product is rescaled into a float32 tensor in one pass (int32 * float32 promotes
         # to float32).
-        output = torch.mul(torch._int_mm(quantized, self.weight.t()), self.weight_scale)  # (N, out)
-        return rescaled(output, scale, self.bias).to(input.dtype).unflatten(0, input.shape[:-1])
+        products = torch._int_mm(quantized, self.weight.t(), out=sums)  # (N, out)
+        return rescaled(torch.mul(products, self.weight_scale, out=out), scale, self.bias)
 
 
 class FbgemmInt8Projection(Int8Projection):
@@ -343,8 +354,15 @@ class FbgemmInt8Projection(Int8Projection):
         s_t = max|x_t|      y_t = fbgemm(x_t / s_t) * s_t + b
     """
 
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        rows = input.reshape(-1, self.in_features).float()  # (N, in)
+    def rows_product(
+        self,
+        rows: torch.Tensor,
+        sums: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """y above for `rows` (N, in): float32 (N, out), in a new tensor (fbgemm makes its own;
+        `sums` and `out` are not used)."""
+        rows = rows.float()
         scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=SMALLEST_SCALE)  # (N, 1)
         if torch.compiler.is_compiling():  # the custom operator costs ~35 us a call in eager mode
             output = fbgemm_unit_range_linear(
@@ -352,7 +370,7 @@ class FbgemmInt8Projection(Int8Projection):
             )
         else:
             output = fbgemm_product(rows / scale, self.packed_weight)  # (N, out), float32
-        return rescaled(output, scale, self.bias).to(input.dtype).unflatten(0, input.shape[:-1])
+        return rescaled(output, scale, self.bias)
 
 
 @torch.library.custom_op(f"{OPERATOR_NAMESPACE}::fbgemm_unit_range_linear", mutates_args=())

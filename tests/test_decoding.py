@@ -487,15 +487,24 @@ def test_bfloat16_scores_are_written_into_one_tensor_over_the_steps(monkeypatch,
     assert lean_calls == {"greedy": 2, "beam": 1}
 
 
-@pytest.mark.parametrize("route", [None, "bfloat16", "bfloat16, packed"])
+@pytest.mark.parametrize("route", [None, "bfloat16", "bfloat16, packed", "int_mm"])
 def test_the_output_projection_is_written_into_one_tensor_over_the_steps(
     route, monkeypatch, lean_calls
 ):
     """Eager steps project the decoder's output themselves, into the same tensor at every step;
     with a packed bfloat16 weight, where a step has more rows than the packed product takes (here:
-    any)."""
+    any); with an int8 weight on the int_mm route, its int32 sums into one tensor as well."""
     model = eos_prone(tiny_model("dwlstm")).eval()
-    if route is not None:  # bfloat16, its weights packed only where the case asks
+    if route == "int_mm":
+        quantize_int8(model, route=route)
+        sums, rows_product = [], precision.Int8Projection.rows_product
+
+        def recorded(self, rows, **out):
+            sums.append(out.get("sums"))
+            return rows_product(self, rows, **out)
+
+        monkeypatch.setattr(precision.Int8Projection, "rows_product", recorded)
+    elif route is not None:  # bfloat16, its weights packed only where the case asks
         prepare_for_inference(model, "bfloat16", allow_slow=True, pack_weights=False)
     if route == "bfloat16, packed":
         precision.pack_bfloat16_weights(model)
@@ -505,6 +514,29 @@ def test_the_output_projection_is_written_into_one_tensor_over_the_steps(
         monkeypatch, model, generation_translation.ReusedLogits, "__call__"
     )
     assert lean_calls == {"greedy": 2, "beam": 1}
+    if route == "int_mm":  # the output projection's sums at each step of a beam search
+        sums.clear()
+        model.generate(SOURCES, attention_mask=MASK, num_beams=3, max_new_tokens=6)
+        given = [each for each in sums if each is not None]
+        assert len(given) > 1 and len({each.data_ptr() for each in given}) == 1
+
+
+@pytest.mark.parametrize("route", ["int_mm", "fbgemm"])
+def test_a_bfloat16_model_with_an_int8_output_projection_decodes_as_transformers_loop(route):
+    """bfloat16 with int8 projections: on the int_mm route the loop projects itself, into its
+    float32 tensors, and rounds the logits to bfloat16 as the model's forward does (the same
+    scores as transformers' loop); fbgemm's product, a new tensor per call, stays the forward's."""
+    model = eos_prone(tiny_model("dwlstm"))
+    prepare_for_inference(model, "bfloat16", allow_slow=True, pack_weights=False)
+    quantize_int8(model, route=route)  # as precision="bfloat16+int8", by either route
+    expected = model.lm_head if route == "int_mm" else None
+    assert model.decoding_step_projection() is expected
+    for num_beams in (1, 3):
+        settings = dict(num_beams=num_beams, max_new_tokens=7)
+        assert_same_output(*both_loops(model, **settings))
+        assert_same_output(
+            *both_loops(model, **settings, return_dict_in_generate=True, output_scores=True)
+        )
 
 
 @pytest.mark.usefixtures("native_bfloat16")
