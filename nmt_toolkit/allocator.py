@@ -1,6 +1,8 @@
 """glibc's allocator told to keep the memory a process frees (`keep_freed_memory`): a process-wide
-setting for a decoding process to try. The models do not need it to run; the benchmark
-(`nmt_toolkit.lab.speed`) measures with and without it.
+setting for a decoding process. The translate and evaluate commands make it
+(`evaluation.prepare_decoding_process`; `--no_keep_freed_memory` leaves glibc's defaults), the
+models' `generate()` never does: the process is its owner's. The benchmark (`nmt_toolkit.lab.speed`)
+measures with and without it.
 """
 
 import ctypes
@@ -30,13 +32,11 @@ def freed_memory_kept() -> bool:
 def keep_freed_memory() -> bool:
     """Tell glibc's allocator to keep the memory this process frees for its next allocations, as
     `MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=<large>` would: blocks up to 32 MB come
-    from the heap and the heap is not trimmed. Decoding allocates and frees tensors of the same
-    sizes at every step (the (rows, vocabulary) scores alone are 18 MB at beam 4 with 32 sentences);
-    by default glibc hands many of them back to the operating system and faults fresh zeroed pages
-    in at the next step. Kept, a decoding process faulted half as many pages in, and int8 beam-4
-    decoding was faster in 5 of 6 paired processes on a 2-core AVX2 CPU (median 1.11x), but the
-    benchmark's runs could not decide a gain (docs/speed.md): a setting to try, not a default.
-    CTranslate2 keeps its memory the same way, with a caching allocator of its own.
+    from the heap and the heap is not trimmed. Decoding allocates and frees large tensors at every
+    step, the self-attention cache a little larger than the step before; by default glibc serves
+    such blocks with fresh zeroed pages from the operating system and hands them back when they are
+    freed (docs/inference.md has what it costs). CTranslate2 keeps its memory the same way, with a
+    caching allocator of its own.
 
     Process-wide, as those environment variables are: the process keeps the memory it has freed (its
     peak, up to 2 GB free) instead of returning it. Returns True if the allocator was told so;

@@ -46,6 +46,7 @@ from modeling_dwlstm.precision import (
 )
 from modeling_dwlstm.tokenization_dwlstm import LANGUAGE_TAG
 
+from .allocator import freed_memory_kept, keep_freed_memory
 from .arguments import check_device, check_finite_number, check_positive_int
 from .batching import pack_by_tokens
 from .checkpoints import load_saved_model, load_saved_tokenizer, weights_digest
@@ -426,6 +427,17 @@ class DecodingArguments:
             )
         },
     )
+    keep_freed_memory: bool = field(
+        default=True,
+        metadata={
+            "help": (
+                "Tell glibc's allocator to keep the memory this process frees for its next "
+                "decoding steps instead of faulting fresh pages in (nmt_toolkit.allocator; the "
+                "process keeps its peak memory). --no_keep_freed_memory: glibc's defaults. "
+                "Nothing changes where the C library is not glibc or a MALLOC_ variable is set."
+            )
+        },
+    )
 
 
 @dataclass(kw_only=True)
@@ -536,7 +548,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     Returns the results (also in `output_dir`/results.json): the scores of `score_translations`, the
     decoding settings and speed, and, with `baseline_hypotheses`, the paired bootstrap test.
     """
-    set_threads(args.threads)
+    prepare_decoding_process(args)
     check_evaluation_arguments(args)
     check_precision(*inference_settings(args), torch.device(args.device).type)
     if args.language_pairs:
@@ -590,6 +602,7 @@ def run_evaluation(args: EvaluationArguments) -> dict:
         "seconds": round(translations.seconds, 3),
         "sentences_per_second": round(translations.sentences_per_second, 2),
         "device": str(model.device),
+        "freed_memory_kept": freed_memory_kept(),
         **precision_record(args),
         "use_shortlist": args.use_shortlist,
     }
@@ -603,6 +616,16 @@ def run_evaluation(args: EvaluationArguments) -> dict:
     write_lines(translations.hypotheses, hypotheses_path)
     write_json(results, Path(args.output_dir) / "results.json")
     return results
+
+
+def prepare_decoding_process(args: DecodingArguments) -> None:
+    """What `args` sets for the whole process before anything is loaded: torch's CPU threads
+    (--threads) and glibc keeping freed memory (--keep_freed_memory, `keep_freed_memory`: each
+    decoding step allocates the self-attention cache a little larger than the last step did, which
+    glibc otherwise serves with fresh pages; docs/inference.md has the measurements)."""
+    set_threads(args.threads)
+    if args.keep_freed_memory:
+        keep_freed_memory()
 
 
 def decoding_settings(args: DecodingArguments) -> dict:
@@ -1219,6 +1242,7 @@ def evaluate_directions(args) -> dict:
         "seconds": round(translations.seconds, 3),
         "sentences_per_second": round(translations.sentences_per_second, 2),
         "device": str(model.device),
+        "freed_memory_kept": freed_memory_kept(),
         **precision_record(args),
         "use_shortlist": args.use_shortlist,
         "subset": subset,

@@ -43,11 +43,12 @@ from .evaluation import (
     lines_text,
     load_model_for_evaluation,
     position_limit,
+    prepare_decoding_process,
     source_batches,
     tagged_languages,
     write_lines,
 )
-from .files import atomic_write_text, no_space_reported, read_lines, set_threads, text_lines
+from .files import atomic_write_text, no_space_reported, read_lines, text_lines
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ def run_translation(args: TranslationArguments) -> dict:
     """Translate `args.input` into `args.output` (see the module docstring); return a summary: the
     lines, how many were decoded in this run, taken from the journal (--resume) and cut to fit, the
     seconds and lines per second."""
-    set_threads(args.threads)
+    prepare_decoding_process(args)
     check_decoding_arguments(args)
     disable_progress_bar()  # transformers' bar while loading the weights: this command has its own
     output = None if args.output == STANDARD_STREAM else Path(args.output)

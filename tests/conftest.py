@@ -31,6 +31,7 @@ from modeling_dwlstm import (
     precision,
 )
 from modeling_dwlstm.tokenization_dwlstm import tokenizer_model_kwargs, train_joint_bpe_tokenizer
+from nmt_toolkit import evaluation as evaluation_module
 from nmt_toolkit import training
 from nmt_toolkit.data import load_parallel_corpus, train_corpus_tokenizer
 from nmt_toolkit.evaluation import EvaluationArguments
@@ -249,6 +250,18 @@ def datasets_cache(tmp_path_factory):
         patch.setattr(datasets.config, "HF_DATASETS_CACHE", folder)
         patch.setenv("HF_DATASETS_CACHE", str(folder))
         yield folder
+
+
+@pytest.fixture(autouse=True)
+def kept_memory_calls(monkeypatch):
+    """The translate and evaluate commands, run in this process, keep glibc's allocator settings of
+    the test process as they are (`keep_freed_memory` would change them for every later test): each
+    call is recorded here instead, and `freed_memory_kept` answers as after it. The calls, for a
+    test that asks."""
+    calls = []
+    monkeypatch.setattr(evaluation_module, "keep_freed_memory", lambda: calls.append(True) or True)
+    monkeypatch.setattr(evaluation_module, "freed_memory_kept", lambda: bool(calls))
+    return calls
 
 
 @pytest.fixture

@@ -239,6 +239,35 @@ def test_run_evaluation_writes_hypotheses_and_json(model, tokenizer, pairs, tmp_
     assert run_evaluation(files)["sacrebleu"] == results["sacrebleu"]
 
 
+def test_the_evaluation_keeps_freed_memory_unless_told_not_to_and_says_which(
+    model, tokenizer, pairs, tmp_path, kept_memory_calls
+):
+    """results.json says whether the process kept the memory it freed (the speed depends on it):
+    not with --no_keep_freed_memory, else glibc is told to (once per process, as it stays)."""
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    for name in ("en", "de"):
+        column = 0 if name == "en" else 1
+        text = "".join(pair[column] + "\n" for pair in pairs[:3])
+        (tmp_path / f"test.{name}").write_text(text, encoding="utf-8")
+    settings = dict(
+        model=str(tmp_path / "model"),
+        source_file=str(tmp_path / "test.en"),
+        reference_file=str(tmp_path / "test.de"),
+        target_lang="de",
+        add_language_tag=True,
+        **SCRIPT_DECODE,
+    )
+    plain = run_evaluation(
+        EvaluationArguments(output_dir=str(tmp_path / "plain"), keep_freed_memory=False, **settings)
+    )
+    assert plain["freed_memory_kept"] is False and kept_memory_calls == []
+    kept = run_evaluation(EvaluationArguments(output_dir=str(tmp_path / "kept"), **settings))
+    assert kept["freed_memory_kept"] is True and kept_memory_calls == [True]
+    assert json.loads((tmp_path / "kept" / "results.json").read_text())["freed_memory_kept"]
+    assert kept["sacrebleu"] == plain["sacrebleu"]
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

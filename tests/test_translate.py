@@ -119,6 +119,23 @@ def test_a_file_translates_line_by_line_as_the_evaluation_does(bilingual, lines,
     assert read(output)[6] == tokenizer.decode(alone[0, :7], skip_special_tokens=True).strip()
 
 
+def test_the_command_keeps_freed_memory_unless_told_not_to(
+    bilingual, lines, tmp_path, kept_memory_calls
+):
+    """glibc is told to keep the memory decoding frees (each step's cache, a little larger than the
+    last, would otherwise come from fresh pages), unless --no_keep_freed_memory; the translations
+    are the same either way."""
+    folder, _, _ = bilingual
+    source = write(tmp_path / "in.en", lines)
+    plain, kept = tmp_path / "plain.de", tmp_path / "kept.de"
+    main(
+        ["--model", folder, "--input", source, "--output", plain, "--no_keep_freed_memory", *FLAGS]
+    )
+    assert kept_memory_calls == []
+    main(["--model", folder, "--input", source, "--output", kept, *FLAGS])
+    assert kept_memory_calls == [True] and read(kept) == read(plain)
+
+
 def test_standard_input_to_standard_output(bilingual, lines, monkeypatch, capsys):
     folder, model, tokenizer = bilingual
     monkeypatch.setattr(
