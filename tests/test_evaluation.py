@@ -246,8 +246,7 @@ def test_the_evaluation_keeps_freed_memory_unless_told_not_to_and_says_which(
     not with --no_keep_freed_memory, else glibc is told to (once per process, as it stays)."""
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
-    for name in ("en", "de"):
-        column = 0 if name == "en" else 1
+    for column, name in enumerate(("en", "de")):
         text = "".join(pair[column] + "\n" for pair in pairs[:3])
         (tmp_path / f"test.{name}").write_text(text, encoding="utf-8")
     settings = dict(
