@@ -338,10 +338,11 @@ class Int8Projection:
             / self.activation_range
         )  # (N, 1)
         quantized = (rows / scale).round_().to(torch.int8)  # (N, in)
-        # The int32 product is rescaled into a float32 tensor in one pass (int32 * float32 promotes
-        # to float32).
-        products = torch._int_mm(quantized, self.weight.t(), out=sums)  # (N, out)
-        return rescaled(torch.mul(products, self.weight_scale, out=out), scale, self.bias)
+        products = torch._int_mm(quantized, self.weight.t(), out=sums)  # (N, out), int32
+        # Converted to float32 once, then scaled in place: int32 * float32 would convert the sums
+        # into a new tensor of its own first (the same numbers).
+        output = products.float() if out is None else out.copy_(products)
+        return rescaled(output.mul_(self.weight_scale), scale, self.bias)
 
 
 class FbgemmInt8Projection(Int8Projection):
