@@ -11,7 +11,6 @@ translate and evaluate commands):
 """
 
 import functools
-import statistics
 import sys
 
 import torch
@@ -22,7 +21,7 @@ from nmt_toolkit.lab.speed import (
     build_model,
     generate_forced,
     inference_copy,
-    interleaved_times,
+    interleaved_medians,
     random_batch,
 )
 
@@ -58,10 +57,7 @@ def main():
             variant: functools.partial(decode, copy, batch, beams, variant)
             for variant in ("before", "now")
         }
-        medians = {
-            variant: statistics.median(seconds)
-            for variant, seconds in interleaved_times(tasks, repeats, "cpu").items()
-        }
+        medians = interleaved_medians(tasks, repeats, "cpu")
         print(
             f"int8 {sentences} beams {beams} same {torch.equal(before, now)}: before "
             f"{medians['before']:.3f} s, now {medians['now']:.3f} s, before/now "

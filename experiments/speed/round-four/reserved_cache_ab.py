@@ -10,7 +10,6 @@ forced new tokens, beam 4 and greedy, 2 threads; the tokens of both compared fir
 """  # noqa: E501
 
 import functools
-import statistics
 import sys
 
 import torch
@@ -21,7 +20,7 @@ from nmt_toolkit.lab.speed import (
     build_model,
     generate_forced,
     inference_copy,
-    interleaved_times,
+    interleaved_medians,
     random_batch,
 )
 
@@ -101,10 +100,7 @@ def main():
             variant: functools.partial(decode, copy, batch, beams, variant)
             for variant in ("plain", "reserved")
         }
-        medians = {
-            variant: statistics.median(seconds)
-            for variant, seconds in interleaved_times(tasks, repeats, "cpu").items()
-        }
+        medians = interleaved_medians(tasks, repeats, "cpu")
         print(
             f"{precision} {sentences} beams {beams} same {same}: plain {medians['plain']:.3f} s, "
             f"reserved {medians['reserved']:.3f} s, plain/reserved "
