@@ -31,6 +31,7 @@ from nmt_toolkit.lab.speed import (
     EngineProcess,
     build_model,
     check_targets,
+    compare_decoding_variants,
     compiled,
     ctranslate2_models,
     ctranslate2_translators,
@@ -822,6 +823,47 @@ def test_interleaved_times_rotate_the_order_and_log_each_repetition():
     assert order == ["a", "b", "b", "a", "a", "b"]
     assert [len(values) for values in times.values()] == [3, 3]
     assert len(lines) == 3 and lines[1].startswith("# repeat 2: a x ") and ", b y " in lines[1]
+
+
+def test_compare_decoding_variants_puts_each_in_place_compares_tokens_and_times_both():
+    torch.manual_seed(0)
+    model = build_model("dwlstm", "tiny", VOCAB).eval()
+    weight = model.get_output_embeddings().weight
+    weights = {"plain": weight.detach().clone(), "other": torch.randn_like(weight)}
+    weights["same"] = weights["plain"]
+    used, lines = [], []
+
+    def use(variant):
+        used.append(variant)
+        with torch.no_grad():
+            weight.copy_(weights[variant])
+
+    batch = random_batch(2, 6, 4, VOCAB)
+    alike = compare_decoding_variants(
+        model,
+        batch,
+        use,
+        ("plain", "same"),
+        2,
+        beams=(2, 1),
+        new_tokens=4,
+        label="tiny",
+        log=lines.append,
+    )
+    assert list(alike) == [2, 1] and all(result["same"] for result in alike.values())
+    # per beam count: each variant once for its tokens, then once per repeat, the order rotated
+    assert used == ["plain", "same", "plain", "same", "same", "plain"] * 2
+    seconds = alike[2]["seconds"]
+    assert (
+        set(seconds) == {"plain", "same"}
+        and alike[2]["ratio"] == seconds["plain"] / seconds["same"]
+    )
+    assert len(lines) == 2 and lines[0].startswith("tiny beams 2 same tokens True: plain ")
+    assert "plain/same" in lines[1]
+    unlike = compare_decoding_variants(
+        model, batch, use, ("plain", "other"), 1, beams=(1,), new_tokens=4, log=lines.append
+    )
+    assert unlike[1]["same"] is False and lines[-1].startswith("beams 1 same tokens False")
 
 
 KEPT_RECORD_VERDICTS = {  # each target's verdict column, in order, as the record says it

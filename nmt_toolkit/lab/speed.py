@@ -969,6 +969,42 @@ def interleaved_medians(tasks: dict, repeats: int, device: str) -> dict:
     }
 
 
+def compare_decoding_variants(
+    model: nn.Module,
+    batch: dict,
+    use,
+    variants: tuple[str, str],
+    repeats: int,
+    beams: tuple[int, ...] = (4, 1),
+    new_tokens: int = 24,
+    label: str = "",
+    log=print,
+) -> dict:
+    """A change to the decoding timed against what it replaces, in one process (the study's A/B
+    scripts): `use(variant)` puts a variant in place, then `generate_forced` decodes `batch` with
+    `model`. For each beam count both variants' tokens are compared, then `interleaved_medians`
+    over `repeats`, and `log` gets one line: the medians and first / second. Returns {beams:
+    {"same": tokens equal, "seconds": {variant: median}, "ratio": first / second}}."""
+    first, second = variants
+
+    def decode(variant: str, num_beams: int) -> torch.Tensor:
+        use(variant)
+        return generate_forced(model, batch, num_beams, new_tokens, "cpu")
+
+    results = {}
+    for num_beams in beams:
+        same = torch.equal(decode(first, num_beams), decode(second, num_beams))
+        tasks = {variant: lambda v=variant, b=num_beams: decode(v, b) for variant in variants}
+        seconds = interleaved_medians(tasks, repeats, "cpu")
+        ratio = seconds[first] / seconds[second]
+        results[num_beams] = {"same": same, "seconds": seconds, "ratio": ratio}
+        log(
+            f"{label} beams {num_beams} same tokens {same}: {first} {seconds[first]:.3f} s, "
+            f"{second} {seconds[second]:.3f} s, {first}/{second} {ratio:.3f}".strip()
+        )
+    return results
+
+
 def decoding_options(member: str, settings: BenchmarkSettings) -> dict:
     """generate() options of `member`'s rows: compiled decoding steps for the family with
     `compile_decoding`."""
@@ -2045,6 +2081,7 @@ __all__ = [
     "matmul_peak_flops",
     "training_step",
     "generate_forced",
+    "compare_decoding_variants",
     "translate_forced",
     "benchmark_depth_pair",
     "refused_routes",

@@ -10,15 +10,19 @@ tensor: one copy of the cache per step instead of `index_select`, then `cat`). P
 """  # noqa: E501
 
 import runpy
-import statistics
 import sys
-import time
 
 import torch
 from transformers.cache_utils import DynamicLayer
 
 from modeling_dwlstm import generation_translation
-from nmt_toolkit.lab.speed import build_model, generate_forced, inference_copy, random_batch
+from nmt_toolkit.lab.speed import (
+    build_model,
+    compare_decoding_variants,
+    generate_forced,
+    inference_copy,
+    random_batch,
+)
 
 ORIGINAL = {"update": DynamicLayer.update, "reorder_cache": generation_translation.reorder_cache}
 
@@ -73,17 +77,15 @@ def steps(sentences: int, repeats: int, precision: str) -> None:
         torch.equal(plain.sequences_scores, deferred.sequences_scores),
         flush=True,
     )
-    times = {}
-    for repeat in range(repeats):
-        for variant in ("plain", "deferred") if repeat % 2 == 0 else ("deferred", "plain"):
-            use(variant)
-            start = time.perf_counter()
-            generate_forced(copy, batch, 4, 24, "cpu")
-            times.setdefault(variant, []).append(time.perf_counter() - start)
-    for variant, seconds in times.items():
-        print(precision, sentences, variant, f"median {statistics.median(seconds):.3f}", seconds)
-    ratio = statistics.median(times["plain"]) / statistics.median(times["deferred"])
-    print(precision, sentences, "plain/deferred", round(ratio, 3), flush=True)
+    compare_decoding_variants(
+        copy,
+        batch,
+        use,
+        ("plain", "deferred"),
+        repeats,
+        beams=(4,),
+        label=f"{precision} {sentences}",
+    )
 
 
 if __name__ == "__main__":

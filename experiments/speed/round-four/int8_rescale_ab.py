@@ -10,7 +10,6 @@ translate and evaluate commands):
     PYTHONPATH=. python experiments/speed/round-four/int8_rescale_ab.py SENTENCES REPEATS
 """
 
-import functools
 import sys
 
 import torch
@@ -19,9 +18,8 @@ from modeling_dwlstm import precision
 from modeling_dwlstm.precision import SMALLEST_SCALE, rescaled
 from nmt_toolkit.lab.speed import (
     build_model,
-    generate_forced,
+    compare_decoding_variants,
     inference_copy,
-    interleaved_medians,
     random_batch,
 )
 
@@ -38,9 +36,8 @@ def rows_product_before(self, rows, sums=None, out=None):
     return rescaled(torch.mul(products, self.weight_scale, out=out), scale, self.bias)
 
 
-def decode(model, batch, beams: int, variant: str):
+def use(variant: str) -> None:
     precision.Int8Projection.rows_product = NOW if variant == "now" else rows_product_before
-    return generate_forced(model, batch, beams, 24, "cpu")
 
 
 def main():
@@ -51,19 +48,9 @@ def main():
     batch = random_batch(sentences, 20, 24, model.config.vocab_size)
     copy = inference_copy(model, "int8")
     del model
-    for beams in (4, 1):
-        before, now = (decode(copy, batch, beams, variant) for variant in ("before", "now"))
-        tasks = {
-            variant: functools.partial(decode, copy, batch, beams, variant)
-            for variant in ("before", "now")
-        }
-        medians = interleaved_medians(tasks, repeats, "cpu")
-        print(
-            f"int8 {sentences} beams {beams} same {torch.equal(before, now)}: before "
-            f"{medians['before']:.3f} s, now {medians['now']:.3f} s, before/now "
-            f"{medians['before'] / medians['now']:.3f}",
-            flush=True,
-        )
+    compare_decoding_variants(
+        copy, batch, use, ("before", "now"), repeats, label=f"int8 {sentences}"
+    )
 
 
 if __name__ == "__main__":

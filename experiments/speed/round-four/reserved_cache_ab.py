@@ -9,7 +9,6 @@ forced new tokens, beam 4 and greedy, 2 threads; the tokens of both compared fir
     PYTHONPATH=. python experiments/speed/round-four/reserved_cache_ab.py SENTENCES REPEATS PRECISION
 """  # noqa: E501
 
-import functools
 import sys
 
 import torch
@@ -18,9 +17,8 @@ from transformers.cache_utils import DynamicLayer
 from modeling_dwlstm import generation_translation
 from nmt_toolkit.lab.speed import (
     build_model,
-    generate_forced,
+    compare_decoding_variants,
     inference_copy,
-    interleaved_medians,
     random_batch,
 )
 
@@ -80,11 +78,6 @@ def use(variant: str) -> None:
     )
 
 
-def decode(model, batch, beams: int, variant: str):
-    use(variant)
-    return generate_forced(model, batch, beams, 24, "cpu")
-
-
 def main():
     torch.set_num_threads(2)
     torch.manual_seed(0)
@@ -93,20 +86,9 @@ def main():
     batch = random_batch(sentences, 20, 24, model.config.vocab_size)
     copy = inference_copy(model, precision)
     del model
-    for beams in (4, 1):
-        plain, reserved = (decode(copy, batch, beams, variant) for variant in ("plain", "reserved"))
-        same = torch.equal(plain, reserved)
-        tasks = {
-            variant: functools.partial(decode, copy, batch, beams, variant)
-            for variant in ("plain", "reserved")
-        }
-        medians = interleaved_medians(tasks, repeats, "cpu")
-        print(
-            f"{precision} {sentences} beams {beams} same {same}: plain {medians['plain']:.3f} s, "
-            f"reserved {medians['reserved']:.3f} s, plain/reserved "
-            f"{medians['plain'] / medians['reserved']:.3f}",
-            flush=True,
-        )
+    compare_decoding_variants(
+        copy, batch, use, ("plain", "reserved"), repeats, label=f"{precision} {sentences}"
+    )
 
 
 if __name__ == "__main__":
