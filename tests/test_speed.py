@@ -912,12 +912,15 @@ def test_every_kept_run_is_found_with_its_code_and_command(tmp_path, capsys):
     prints a kept run's tables, and a run or file that is not there is a one-line error naming
     what is."""
     runs = {name: kept_reports(RECORDS / f"{name}.json") for name in ("avx2", "avx512-vnni-bf16")}
-    assert len(runs["avx2"]) == 21 and len(runs["avx512-vnni-bf16"]) == 13
+    assert len(runs["avx2"]) == 21 and len(runs["avx512-vnni-bf16"]) == 14
     vnni = runs["avx512-vnni-bf16"]["vnni-run6"]
     assert vnni["kept"]["code"] == "a3dc25e" and vnni["machine"]["int8_route"] == "int_mm"
     flags = vnni["machine"]["cpu_flags"].split()
     assert "avx512_bf16" in flags and not any(flag.startswith("amx") for flag in flags)
     assert runs["avx512-vnni-bf16"]["vnni-run9"]["kept"]["code"] == "6c90cb9"
+    deployment = runs["avx512-vnni-bf16"]["vnni-deployment-compiled"]
+    assert deployment["kept"]["code"] == "182753c" and deployment["settings"]["compile_decoding"]
+    assert "--deployment" in deployment["kept"]["command"]
     latest = runs["avx2"]["avx2-run19"]["kept"]
     assert latest["code"] == "9929af2" and "--compile_decoding" in latest["command"]
     assert all(report["machine"]["cpu_capability"] == "AVX2" for report in runs["avx2"].values())
