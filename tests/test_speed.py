@@ -866,6 +866,15 @@ def test_compare_decoding_variants_puts_each_in_place_compares_tokens_and_times_
     assert unlike[1]["same"] is False and lines[-1].startswith("beams 1 same tokens False")
 
 
+def test_decoding_comparison_inputs_are_a_seeded_prepared_model_and_its_sources():
+    model, batch = speed.decoding_comparison_inputs("int8", 3, size="tiny")
+    again, same_batch = speed.decoding_comparison_inputs("int8", 3, size="tiny")
+    assert model.inference_precision == "int8" and batch["input_ids"].shape == (3, 20)
+    assert torch.equal(batch["input_ids"], same_batch["input_ids"])
+    weights, same_weights = model.state_dict(), again.state_dict()
+    assert all(torch.equal(weights[name], same_weights[name]) for name in weights)
+
+
 KEPT_RECORD_VERDICTS = {  # each target's verdict column, in order, as the record says it
     "final-run": ["met", "MISSED", "met", "met", "MISSED", "MISSED", "met", "reported", "MISSED"],
     "deployment": ["met", "met"] + ["MISSED"] * 13 + ["reported", "met"],

@@ -969,6 +969,18 @@ def interleaved_medians(tasks: dict, repeats: int, device: str) -> dict:
     }
 
 
+def decoding_comparison_inputs(
+    precision: str, sentences: int, size: str = "base"
+) -> tuple[nn.Module, dict]:
+    """What the study's A/B scripts decode (`compare_decoding_variants`): a random depth-wise LSTM
+    at `size` (seed 0) prepared for `precision` (`inference_copy`), and `sentences` random sources
+    of 20 tokens (`random_batch`)."""
+    torch.manual_seed(0)
+    model = build_model("dwlstm", size).eval()
+    batch = random_batch(sentences, 20, 24, model.config.vocab_size)
+    return inference_copy(model, precision), batch
+
+
 def compare_decoding_variants(
     model: nn.Module,
     batch: dict,
@@ -2081,6 +2093,7 @@ __all__ = [
     "matmul_peak_flops",
     "training_step",
     "generate_forced",
+    "decoding_comparison_inputs",
     "compare_decoding_variants",
     "translate_forced",
     "benchmark_depth_pair",

@@ -17,11 +17,9 @@ from transformers.cache_utils import DynamicLayer
 
 from modeling_dwlstm import generation_translation
 from nmt_toolkit.lab.speed import (
-    build_model,
     compare_decoding_variants,
+    decoding_comparison_inputs,
     generate_forced,
-    inference_copy,
-    random_batch,
 )
 
 ORIGINAL = {"update": DynamicLayer.update, "reorder_cache": generation_translation.reorder_cache}
@@ -60,9 +58,7 @@ def use(variant: str) -> None:
 
 def steps(sentences: int, repeats: int, precision: str) -> None:
     torch.set_num_threads(2)
-    model = build_model("dwlstm", "base").eval()
-    batch = random_batch(sentences, 20, 24, model.config.vocab_size)
-    copy = inference_copy(model, precision)
+    copy, batch = decoding_comparison_inputs(precision, sentences)
     outputs = {}
     for variant in ("plain", "deferred"):
         use(variant)

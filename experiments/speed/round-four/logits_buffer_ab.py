@@ -11,18 +11,11 @@ import sys
 
 import torch
 
-from nmt_toolkit.lab.speed import (
-    build_model,
-    compare_decoding_variants,
-    inference_copy,
-    random_batch,
-)
+from nmt_toolkit.lab.speed import compare_decoding_variants, decoding_comparison_inputs
 
 torch.set_num_threads(2)
 sentences, repeats, precision = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-model = build_model("dwlstm", "base").eval()
-batch = random_batch(sentences, 20, 24, model.config.vocab_size)
-copy = inference_copy(model, precision)
+copy, batch = decoding_comparison_inputs(precision, sentences)
 own_projection = copy.decoding_step_projection
 
 

@@ -22,10 +22,8 @@ import torch
 from modeling_dwlstm import precision
 from modeling_dwlstm.precision import SMALLEST_SCALE, rescaled
 from nmt_toolkit.lab.speed import (
-    build_model,
     compare_decoding_variants,
-    inference_copy,
-    random_batch,
+    decoding_comparison_inputs,
 )
 
 NOW = precision.Int8Projection.rows_product
@@ -62,11 +60,7 @@ def use(variant: str) -> None:
 
 
 def decode(sentences: int, repeats: int) -> None:
-    torch.manual_seed(0)
-    model = build_model("dwlstm", "base").eval()
-    batch = random_batch(sentences, 20, 24, model.config.vocab_size)
-    copy = inference_copy(model, "int8")
-    del model
+    copy, batch = decoding_comparison_inputs("int8", sentences)
     compare_decoding_variants(
         copy, batch, use, ("now", "packed"), repeats, label=f"int8 {sentences}"
     )

@@ -16,10 +16,8 @@ from transformers.cache_utils import DynamicLayer
 
 from modeling_dwlstm import generation_translation
 from nmt_toolkit.lab.speed import (
-    build_model,
     compare_decoding_variants,
-    inference_copy,
-    random_batch,
+    decoding_comparison_inputs,
 )
 
 ORIGINAL = {"update": DynamicLayer.update, "reorder_cache": generation_translation.reorder_cache}
@@ -80,12 +78,8 @@ def use(variant: str) -> None:
 
 def main():
     torch.set_num_threads(2)
-    torch.manual_seed(0)
     sentences, repeats, precision = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    model = build_model("dwlstm", "base").eval()
-    batch = random_batch(sentences, 20, 24, model.config.vocab_size)
-    copy = inference_copy(model, precision)
-    del model
+    copy, batch = decoding_comparison_inputs(precision, sentences)
     compare_decoding_variants(
         copy, batch, use, ("plain", "reserved"), repeats, label=f"{precision} {sentences}"
     )

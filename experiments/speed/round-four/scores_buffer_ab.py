@@ -12,12 +12,7 @@ import sys
 import torch
 
 from modeling_dwlstm import generation_translation
-from nmt_toolkit.lab.speed import (
-    build_model,
-    compare_decoding_variants,
-    inference_copy,
-    random_batch,
-)
+from nmt_toolkit.lab.speed import compare_decoding_variants, decoding_comparison_inputs
 
 torch.set_num_threads(2)
 sentences, repeats = int(sys.argv[1]), int(sys.argv[2])
@@ -32,7 +27,5 @@ def use(variant: str) -> None:
     generation_translation.ScoresBuffer.float32 = reused if variant == "now" else fresh
 
 
-model = build_model("dwlstm", "base").eval()
-batch = random_batch(sentences, 20, 24, model.config.vocab_size)
-copy = inference_copy(model, "bfloat16")
+copy, batch = decoding_comparison_inputs("bfloat16", sentences)
 compare_decoding_variants(copy, batch, use, ("before", "now"), repeats, label=f"{sentences}")
