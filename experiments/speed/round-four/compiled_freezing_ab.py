@@ -1,9 +1,12 @@
-"""Compiled decoding steps with inductor's `freezing` (weights constant-folded and packed inside the
-graph) against compiled steps without it and eager steps: a base-size random depth-wise LSTM, 32
-sources of 20 tokens, 24 forced new tokens, beam 4 and greedy, interleaved medians; the first
-decode of each (the compile) printed, and the tokens compared with eager's.
+"""Compiled decoding steps with inductor's options against compiled steps without them and eager
+steps: `freezing` (weights constant-folded and packed inside the graph) and `cpp_wrapper` (the
+graph's kernels called from generated C++ instead of a Python wrapper). A base-size random
+depth-wise LSTM, 32 sources of 20 tokens, 24 forced new tokens, beam 4 and greedy, interleaved
+medians; the first decode of each (the compile) printed, and the tokens compared with eager's.
 
     PYTHONPATH=. python experiments/speed/round-four/compiled_freezing_ab.py --precision bfloat16
+    PYTHONPATH=. python experiments/speed/round-four/compiled_freezing_ab.py --precision int8 \
+        --variants eager compiled "compiled, cpp_wrapper"
 """
 
 import argparse
@@ -26,6 +29,7 @@ OPTIONS = {
     "eager": None,
     "compiled": CompileConfig(dynamic=None, mode="default"),
     "compiled, freezing": CompileConfig(dynamic=None, mode=None, options={"freezing": True}),
+    "compiled, cpp_wrapper": CompileConfig(dynamic=None, mode=None, options={"cpp_wrapper": True}),
 }
 
 
@@ -34,12 +38,15 @@ def main():
     parser.add_argument("--precision", default="bfloat16")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--variants", nargs="+", default=list(OPTIONS)[:3], choices=list(OPTIONS))
     args = parser.parse_args()
+    if "eager" not in args.variants:
+        parser.error("--variants must include eager: the others are compared with it")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = build_model("dwlstm", "base").eval()
     batch = random_batch(32, 20, 24, model.config.vocab_size)
-    copies = {name: inference_copy(model, args.precision) for name in OPTIONS}
+    copies = {name: inference_copy(model, args.precision) for name in args.variants}
 
     def run(name, beams):
         config = OPTIONS[name]
@@ -47,17 +54,19 @@ def main():
         return generate_forced(copies[name], batch, beams, 24, "cpu", **options)
 
     outputs = {}
-    for name in OPTIONS:
+    for name in args.variants:
         for beams in (4, 1):
             start = time.perf_counter()
             outputs[name, beams] = run(name, beams)
             print(f"{name} beam {beams}: first decode {time.perf_counter() - start:.1f} s")
-    for name in OPTIONS:
+    for name in args.variants:
         for beams in (4, 1):
             differ = (outputs[name, beams] != outputs["eager", beams]).any(-1).float().mean()
             print(f"{name} beam {beams}: {differ.item():.0%} of the sentences differ from eager")
     tasks = {
-        (beams, name): functools.partial(run, name, beams) for beams in (4, 1) for name in OPTIONS
+        (beams, name): functools.partial(run, name, beams)
+        for beams in (4, 1)
+        for name in args.variants
     }
     times = interleaved_times(tasks, args.repeats, "cpu")
     for (beams, name), seconds in sorted(times.items()):
