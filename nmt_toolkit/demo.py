@@ -7,8 +7,10 @@ message, shown on the page. A bilingual model offers its config's `language_pair
 multilingual one (with `<2xx>` target tags, Johnson et al. 2017) a source box and a target box,
 which also take a typed language code.
 
-The app's HTTP API has one endpoint, `/translate` (text, direction or source and target, beam size
--> translation, seconds), which `gradio_client` calls.
+The model decodes in the precision given (`modeling_dwlstm.precision.prepare_for_inference`:
+float32 unless told otherwise; "auto" takes the one measured fastest on this CPU's class), named on
+the page. The app's HTTP API has one endpoint, `/translate` (text, direction or source and target,
+beam size -> translation, seconds), which `gradio_client` calls.
 """
 
 import time
@@ -16,10 +18,13 @@ from dataclasses import dataclass
 
 from transformers import pipeline
 
+from modeling_dwlstm.precision import prepare_for_inference
+
 from .checkpoints import load_saved_model, load_saved_tokenizer
 from .evaluation import tagged_languages
 
 MODEL_VARIABLE = "MODEL_ID"  # the Space convention: the model comes from the Space's settings
+PRECISION_VARIABLE = "PRECISION"  # the Space's precision ("auto", "int8", ...; float32 unset)
 GRADIO_MISSING = "The demo needs Gradio: pip install 'modeling-dwlstm[demo]'."
 MAX_BEAMS = 8
 UNNAMED_DIRECTION = "as trained"  # a model whose config lists no language_pairs
@@ -54,10 +59,14 @@ def model_directions(model, tokenizer) -> Directions:
 class DemoTranslator:
     """The model behind the page: its pipeline and directions, and one translation with its time."""
 
-    def __init__(self, model_name_or_path: str, trust_remote_code: bool = False):
+    def __init__(
+        self, model_name_or_path: str, trust_remote_code: bool = False, precision: str = "float32"
+    ):
         self.name = str(model_name_or_path)
         tokenizer = load_saved_tokenizer(self.name, "--model", trust_remote_code=trust_remote_code)
-        model = load_saved_model(self.name, "--model", trust_remote_code=trust_remote_code).eval()
+        model = load_saved_model(self.name, "--model", trust_remote_code=trust_remote_code)
+        model = prepare_for_inference(model, precision=precision)
+        self.precision = model.inference_precision  # "auto" resolved
         self.directions = model_directions(model, tokenizer)
         self.pipeline = pipeline("translation", model=model, tokenizer=tokenizer)
 
@@ -82,13 +91,16 @@ class DemoTranslator:
         return self.translate(text, source, target, num_beams)
 
 
-def build_demo(model_name_or_path: str, trust_remote_code: bool = False):
-    """The Gradio page (a `gradio.Blocks`) for the model; `.launch()` serves it."""
+def build_demo(
+    model_name_or_path: str, trust_remote_code: bool = False, precision: str = "float32"
+):
+    """The Gradio page (a `gradio.Blocks`) for the model, decoding in `precision` (a key of
+    `modeling_dwlstm.precision.PRECISIONS`, or "auto"); `.launch()` serves it."""
     try:
         import gradio as gr
     except ImportError as error:
         raise ImportError(GRADIO_MISSING) from error
-    translator = DemoTranslator(model_name_or_path, trust_remote_code)
+    translator = DemoTranslator(model_name_or_path, trust_remote_code, precision)
     directions = translator.directions
 
     def translate(text, *choices):
@@ -103,7 +115,7 @@ def build_demo(model_name_or_path: str, trust_remote_code: bool = False):
         return translation, f"{seconds:.2f} s"
 
     with gr.Blocks(title=f"Translate with {translator.name}") as demo:
-        gr.Markdown(f"## Translate with `{translator.name}`")
+        gr.Markdown(f"## Translate with `{translator.name}` ({translator.precision})")
         text = gr.Textbox(label="Text", lines=3, elem_id="source-text")
         with gr.Row():
             if directions.multilingual:

@@ -12,7 +12,8 @@ import pytest
 import torch
 from test_translate import save_model
 
-from nmt_toolkit.demo import UNNAMED_DIRECTION, build_demo, model_directions
+from modeling_dwlstm.precision import fastest_precision, prepare_for_inference
+from nmt_toolkit.demo import UNNAMED_DIRECTION, DemoTranslator, build_demo, model_directions
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no telemetry calls from the tests
 
@@ -51,13 +52,13 @@ def served(folder):
     return demo, gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
 
 
-def generated(folder, text, num_beams, tag=None):
+def generated(folder, text, num_beams, tag=None, precision="float32"):
     """What generate() gives for `text` with the saved model's generation config (the pipeline's
-    settings)."""
+    settings), the model prepared for `precision`."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     model, tokenizer = (
-        AutoModelForSeq2SeqLM.from_pretrained(folder),
+        prepare_for_inference(AutoModelForSeq2SeqLM.from_pretrained(folder), precision=precision),
         AutoTokenizer.from_pretrained(folder),
     )
     ids = tokenizer(text)["input_ids"]
@@ -125,3 +126,36 @@ def test_the_space_app_and_the_command_take_the_model_from_model_id(models, monk
     )
     monkeypatch.setenv("MODEL_ID", str(models / "en-de"))
     assert isinstance(runpy.run_path(str(app))["demo"], gradio.Blocks)  # what the Space launches
+
+
+def page_heading(demo) -> str:
+    import gradio
+
+    return next(block.value for block in demo.blocks.values() if isinstance(block, gradio.Markdown))
+
+
+def test_the_page_decodes_in_the_precision_it_is_given(models):
+    fastest = fastest_precision()
+    translator = DemoTranslator(str(models / "en-de"), precision="auto")
+    assert translator.precision == fastest
+    assert translator.pipeline.model.inference_precision == fastest
+    translation, _ = translator.translate_direction(TEXT, "en-de", 2)
+    assert translation == generated(models / "en-de", TEXT, 2, precision="auto")
+    folder = str(models / "en-de")
+    assert page_heading(build_demo(folder)).endswith("(float32)")
+    assert page_heading(build_demo(folder, precision="auto")).endswith(f"({fastest})")
+
+
+def test_the_command_and_the_space_refuse_an_unknown_precision(models, monkeypatch, capsys):
+    from nmt_toolkit.commands.demo import main
+
+    with pytest.raises(SystemExit):
+        main(["--model", str(models / "en-de"), "--precision", "fp16"])
+    assert "--precision: invalid choice: 'fp16'" in capsys.readouterr().err
+    app = Path(__file__).resolve().parents[1] / "space" / "app.py"
+    monkeypatch.setenv("MODEL_ID", str(models / "en-de"))
+    monkeypatch.setenv("PRECISION", "fp16")
+    with pytest.raises(SystemExit, match=r"PRECISION must be auto or one of float32, .*got 'fp16'"):
+        runpy.run_path(str(app))
+    monkeypatch.setenv("PRECISION", "auto")
+    assert page_heading(runpy.run_path(str(app))["demo"]).endswith(f"({fastest_precision()})")

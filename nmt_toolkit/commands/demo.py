@@ -1,6 +1,7 @@
 """Serve a demo page for a saved model or a Hub id (Gradio; pip install 'modeling-dwlstm[demo]').
 
     dwlstm-demo --model runs/m30k-ende/averaged             # http://127.0.0.1:7860
+    dwlstm-demo --model runs/m30k-ende/averaged --precision auto
     MODEL_ID=user/dwlstm-m30k-ende dwlstm-demo --host 0.0.0.0 --port 8080
 
 The page: a text box, the direction (a multilingual model: a source and a target box), the beam
@@ -13,6 +14,7 @@ import os
 
 # registers the model family with the Auto classes and the pipeline
 import modeling_dwlstm  # noqa: F401
+from modeling_dwlstm.precision import AUTO, PRECISIONS
 
 from ..arguments import positive_int
 from ..cli import exit_on_error
@@ -41,13 +43,23 @@ def main(argv=None):
     parser.add_argument(
         "--trust_remote_code", action="store_true", help="Load a model whose code is not installed."
     )
+    parser.add_argument(
+        "--precision",
+        choices=[AUTO, *PRECISIONS],
+        default="float32",
+        help=(
+            "dtype and quantisation the model decodes in: float32 (default), bfloat16, int8, "
+            "bfloat16+int8, or auto: the one measured fastest on this CPU's class "
+            "(docs/inference.md)."
+        ),
+    )
     args = parser.parse_args(argv)
     if not args.model:
         raise ValueError(f"Give the model: --model FOLDER_OR_HUB_ID, or set {MODEL_VARIABLE}.")
     set_threads(args.threads)
-    build_demo(args.model, trust_remote_code=args.trust_remote_code).launch(
-        server_name=args.host, server_port=args.port
-    )
+    build_demo(
+        args.model, trust_remote_code=args.trust_remote_code, precision=args.precision
+    ).launch(server_name=args.host, server_port=args.port)
 
 
 def run():
