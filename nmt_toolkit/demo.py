@@ -13,12 +13,13 @@ the page. The app's HTTP API has one endpoint, `/translate` (text, direction or 
 beam size -> translation, seconds), which `gradio_client` calls.
 """
 
+import os
 import time
 from dataclasses import dataclass
 
 from transformers import pipeline
 
-from modeling_dwlstm.precision import prepare_for_inference
+from modeling_dwlstm.precision import AUTO, PRECISIONS, prepare_for_inference
 
 from .checkpoints import load_saved_model, load_saved_tokenizer
 from .evaluation import tagged_languages
@@ -28,6 +29,18 @@ PRECISION_VARIABLE = "PRECISION"  # the Space's precision ("auto", "int8", ...; 
 GRADIO_MISSING = "The demo needs Gradio: pip install 'modeling-dwlstm[demo]'."
 MAX_BEAMS = 8
 UNNAMED_DIRECTION = "as trained"  # a model whose config lists no language_pairs
+
+
+def precision_from_environment() -> str:
+    """The precision `$PRECISION` names (a Space's setting), float32 where unset; a ValueError for
+    another name."""
+    precision = os.environ.get(PRECISION_VARIABLE) or "float32"
+    if precision not in (AUTO, *PRECISIONS):
+        raise ValueError(
+            f"{PRECISION_VARIABLE} must be {AUTO} or one of {', '.join(PRECISIONS)} (or unset: "
+            f"float32), got {precision!r}."
+        )
+    return precision
 
 
 @dataclass

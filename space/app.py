@@ -8,17 +8,14 @@ import sys
 
 # registers the model family with the Auto classes and the pipeline
 import modeling_dwlstm  # noqa: F401
-from modeling_dwlstm.precision import AUTO, PRECISIONS
-from nmt_toolkit.demo import MODEL_VARIABLE, PRECISION_VARIABLE, build_demo
+from nmt_toolkit.demo import MODEL_VARIABLE, build_demo, precision_from_environment
 
 if not os.environ.get(MODEL_VARIABLE):
     sys.exit(f"app.py: set {MODEL_VARIABLE} to a Hub model id (or a local model folder).")
-precision = os.environ.get(PRECISION_VARIABLE) or "float32"
-if precision not in (AUTO, *PRECISIONS):
-    sys.exit(
-        f"app.py: {PRECISION_VARIABLE} must be {AUTO} or one of {', '.join(PRECISIONS)} "
-        f"(or unset: float32), got {precision!r}."
-    )
+try:
+    precision = precision_from_environment()
+except ValueError as error:
+    sys.exit(f"app.py: {error}")
 demo = build_demo(os.environ[MODEL_VARIABLE], precision=precision)
 
 if __name__ == "__main__":

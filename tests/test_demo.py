@@ -152,6 +152,9 @@ def test_the_command_and_the_space_refuse_an_unknown_precision(models, monkeypat
     with pytest.raises(SystemExit):
         main(["--model", str(models / "en-de"), "--precision", "fp16"])
     assert "--precision: invalid choice: 'fp16'" in capsys.readouterr().err
+    monkeypatch.setenv("PRECISION", "fp16")
+    with pytest.raises(ValueError, match=r"PRECISION must be auto or one of float32, .*got .fp16."):
+        main(["--model", str(models / "en-de")])
     app = Path(__file__).resolve().parents[1] / "space" / "app.py"
     monkeypatch.setenv("MODEL_ID", str(models / "en-de"))
     monkeypatch.setenv("PRECISION", "fp16")

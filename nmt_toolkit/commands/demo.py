@@ -2,7 +2,7 @@
 
     dwlstm-demo --model runs/m30k-ende/averaged             # http://127.0.0.1:7860
     dwlstm-demo --model runs/m30k-ende/averaged --precision auto
-    MODEL_ID=user/dwlstm-m30k-ende dwlstm-demo --host 0.0.0.0 --port 8080
+    MODEL_ID=user/dwlstm-m30k-ende PRECISION=auto dwlstm-demo --host 0.0.0.0 --port 8080
 
 The page: a text box, the direction (a multilingual model: a source and a target box), the beam
 size, the translation and its time; `/translate` is its HTTP API (gradio_client). The work is done
@@ -18,7 +18,7 @@ from modeling_dwlstm.precision import AUTO, PRECISIONS
 
 from ..arguments import positive_int
 from ..cli import exit_on_error
-from ..demo import MODEL_VARIABLE, build_demo
+from ..demo import MODEL_VARIABLE, PRECISION_VARIABLE, build_demo, precision_from_environment
 from ..files import set_threads
 
 
@@ -46,20 +46,21 @@ def main(argv=None):
     parser.add_argument(
         "--precision",
         choices=[AUTO, *PRECISIONS],
-        default="float32",
+        default=None,
         help=(
-            "dtype and quantisation the model decodes in: float32 (default), bfloat16, int8, "
-            "bfloat16+int8, or auto: the one measured fastest on this CPU's class "
-            "(docs/inference.md)."
+            "dtype and quantisation the model decodes in: float32, bfloat16, int8, bfloat16+int8, "
+            "or auto: the one measured fastest on this CPU's class (docs/inference.md; default: "
+            f"${PRECISION_VARIABLE}, else float32)."
         ),
     )
     args = parser.parse_args(argv)
     if not args.model:
         raise ValueError(f"Give the model: --model FOLDER_OR_HUB_ID, or set {MODEL_VARIABLE}.")
+    precision = args.precision or precision_from_environment()
     set_threads(args.threads)
-    build_demo(
-        args.model, trust_remote_code=args.trust_remote_code, precision=args.precision
-    ).launch(server_name=args.host, server_port=args.port)
+    build_demo(args.model, trust_remote_code=args.trust_remote_code, precision=precision).launch(
+        server_name=args.host, server_port=args.port
+    )
 
 
 def run():
