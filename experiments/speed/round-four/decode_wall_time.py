@@ -1,6 +1,7 @@
 """Where the eager decode's wall time goes, without torch.profiler (whose per-operator cost swells
 the many small operators of a decoding step, the cache's copies most): a base-size random
-depth-wise LSTM, 32 sources of 20 tokens, 24 forced new tokens, 2 threads, after one warm-up decode.
+depth-wise LSTM (seed 0), 32 sources of 20 tokens, 24 forced new tokens, 2 threads, after one
+warm-up decode (`speed.decoding_comparison_inputs`).
 
     # the self-attention cache's append (`torch.cat`) and beam reorder (`index_select`), timed
     # with the wall clock around transformers' DynamicLayer methods, beside the whole decode
@@ -22,21 +23,13 @@ from collections import Counter
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from nmt_toolkit.lab.speed import build_model, generate_forced, inference_copy, random_batch
+from nmt_toolkit.lab.speed import decoding_comparison_inputs, generate_forced
 
 STEPS = 24
 
 
-def prepared(precision: str):
-    torch.set_num_threads(2)
-    model = build_model("dwlstm", "base").eval()
-    batch = random_batch(32, 20, STEPS, model.config.vocab_size)
-    copy = inference_copy(model, precision)
-    return copy, batch
-
-
 def time_cache(precision: str, beams: int, repeats: int) -> None:
-    model, batch = prepared(precision)
+    model, batch = decoding_comparison_inputs(precision, 32)
     generate_forced(model, batch, beams, STEPS, "cpu")  # warm-up
     seconds = Counter()
     update, reorder = DynamicLayer.update, DynamicLayer.reorder_cache
@@ -69,7 +62,7 @@ def time_cache(precision: str, beams: int, repeats: int) -> None:
 
 
 def decode_in_loop(precision: str, beams: int, repeats: int) -> None:
-    model, batch = prepared(precision)
+    model, batch = decoding_comparison_inputs(precision, 32)
     generate_forced(model, batch, beams, STEPS, "cpu")  # warm-up
     times = []
     for _ in range(repeats):
@@ -111,6 +104,7 @@ def main():
         command.add_argument("--repeats", type=int, default=3 if name == "cache" else 15)
     commands.add_parser("lines").add_argument("raw_file")
     args = parser.parse_args()
+    torch.set_num_threads(2)
     if args.command == "cache":
         time_cache(args.precision, args.beams, args.repeats)
     elif args.command == "loop":
