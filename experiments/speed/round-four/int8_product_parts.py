@@ -8,13 +8,12 @@ of (out, in) for `torch._int_mm` (the same int32 sums).
 """
 
 import argparse
-import statistics
-import time
 import warnings
 
 import torch
 
 from modeling_dwlstm.precision import SMALLEST_SCALE
+from nmt_toolkit.lab.speed import interleaved_medians
 
 RANGE = 127
 # (in, out) of the base depth-wise LSTM's projections
@@ -73,15 +72,14 @@ QUANTISATIONS = {
 
 
 def microseconds(functions: dict, calls: int, repeats: int = 7) -> dict:
-    """{name: median microseconds a call}, the functions interleaved, `calls` calls a repeat."""
-    times = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, function in functions.items():
-            started = time.perf_counter()
-            for _ in range(calls):
-                function()
-            times[name].append((time.perf_counter() - started) / calls * 1e6)
-    return {name: statistics.median(values) for name, values in times.items()}
+    """{name: median microseconds a call}: `speed.interleaved_medians` over tasks of `calls`
+    calls each."""
+    tasks = {
+        name: lambda function=function: [function() for _ in range(calls)]
+        for name, function in functions.items()
+    }
+    medians = interleaved_medians(tasks, repeats, "cpu")
+    return {name: seconds / calls * 1e6 for name, seconds in medians.items()}
 
 
 def compare_quantisations(row_counts) -> None:
